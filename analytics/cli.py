@@ -1,0 +1,132 @@
+"""Warehouse commands: ingest, analyze, query, diff. Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
+    if value is None:
+        return None
+    ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+
+
+def ingest(
+    shards: Path = typer.Option(..., "--shards", help="Shard root (folder with kernels/, memcpy/, device/, health/)."),
+    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file (created if missing)."),
+    hour: Optional[str] = typer.Option(None, "--hour", help="Only this UTC hour's partition (ISO)."),
+) -> None:
+    """Load new shards into the warehouse; shards already loaded are skipped, bad ones quarantined."""
+    from analytics import warehouse
+
+    con = warehouse.connect(db)
+    try:
+        result = warehouse.ingest_shards(shards, con, hour=_parse_ts(hour))
+    finally:
+        con.close()
+    typer.echo(result.summary())
+    for path, reason in result.quarantined:
+        typer.echo(f"quarantined {path}: {reason}", err=True)
+
+
+def analyze(
+    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
+    as_of: Optional[str] = typer.Option(None, "--as-of", help="Analyse data up to this UTC hour (ISO); default: the latest hour loaded."),
+    as_json: bool = typer.Option(False, "--json", help="Print regressions as a JSON list."),
+) -> None:
+    """Update baselines, detect regressions and attach root causes."""
+    from analytics import pipeline, warehouse
+
+    con = warehouse.connect(db)
+    try:
+        regressions = pipeline.analyze(con, _parse_ts(as_of))
+    finally:
+        con.close()
+    if as_json:
+        typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(regressions)} regressions")
+    for col in ("severity", "job", "kernel / series", "onset", "change", "p", "causes"):
+        table.add_column(col)
+    for r in regressions:
+        table.add_row(r.severity, r.job, (r.kernel or r.gpu_uuid or r.series)[:60], f"{r.onset:%Y-%m-%d %H:00}",
+                      f"{r.magnitude_pct:+.1f}%", f"{r.p_value:.1e}", ", ".join(f.rule for f in r.causes))
+    Console().print(table)
+
+
+def query(
+    sql: str = typer.Argument(..., help="SQL to run (read-only)."),
+    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+    limit: int = typer.Option(200, "--limit", help="Rows to print in table format."),
+) -> None:
+    """Run read-only ad-hoc SQL on the warehouse."""
+    from analytics import warehouse
+
+    try:
+        result = warehouse.query(db, sql)
+    except Exception as exc:  # duckdb errors: show the message, not a traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    _print_arrow(result, fmt, limit)
+
+
+def _print_arrow(result, fmt: str, limit: int) -> None:
+    import sys
+
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(result, sys.stdout.buffer)
+    elif fmt == "json":
+        typer.echo(json.dumps(result.to_pylist(), default=str, indent=2))
+    elif fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(show_lines=False)
+        for name in result.column_names:
+            table.add_column(name)
+        for row in result.slice(0, limit).to_pylist():
+            table.add_row(*("" if v is None else str(v) for v in row.values()))
+        Console(width=200).print(table)
+        if result.num_rows > limit:
+            typer.echo(f"... {result.num_rows - limit} more rows (use --format csv)")
+    else:
+        raise typer.BadParameter(f"unknown format {fmt!r}; use table, csv or json")
+
+
+def diff(
+    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
+    job: str = typer.Option(..., "--job", help="Job to compare."),
+    before: str = typer.Option(..., "--before", help="Start of the 'before' window (ISO hour)."),
+    after: str = typer.Option(..., "--after", help="Start of the 'after' window (ISO hour)."),
+    hours: int = typer.Option(24, "--hours", help="Length of each window in hours."),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+) -> None:
+    """Trace diff of a job between two windows: kernels added, removed, slower, faster."""
+    from analytics import diff as trace_diff
+    from analytics import warehouse
+
+    con = warehouse.connect(db, read_only=True)
+    try:
+        result = trace_diff.trace_diff(con, job, _parse_ts(before), _parse_ts(after), hours=hours)
+    finally:
+        con.close()
+    _print_arrow(result, fmt, 200)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ingest)
+    app.command()(analyze)
+    app.command()(query)
+    app.command()(diff)

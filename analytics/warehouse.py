@@ -1,0 +1,207 @@
+"""The DuckDB boundary: connecting, the warehouse schema, and idempotent shard ingest.
+
+Every other analytics module receives a connection from here; none opens files itself.
+Tables are documented for analysts in docs/warehouse.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from cudawatch import shards as sh
+
+#: Raw tables take the shard contract's columns plus the id of the shard each row came from.
+RAW_TABLES = tuple(sh.SCHEMAS)
+
+_LEDGER_DDL = """
+CREATE TABLE IF NOT EXISTS shard_ledger (
+    shard_id BIGINT PRIMARY KEY,
+    path VARCHAR NOT NULL UNIQUE,      -- relative to the shard root
+    table_name VARCHAR NOT NULL,
+    partition_hour TIMESTAMPTZ,
+    rows BIGINT,
+    bytes BIGINT,
+    loaded_at TIMESTAMPTZ DEFAULT current_timestamp
+);
+CREATE SEQUENCE IF NOT EXISTS shard_id_seq START 1;
+CREATE TABLE IF NOT EXISTS quarantine (
+    path VARCHAR PRIMARY KEY,          -- relative to the shard root
+    table_name VARCHAR,
+    reason VARCHAR NOT NULL,
+    bytes BIGINT,
+    quarantined_at TIMESTAMPTZ DEFAULT current_timestamp
+);
+"""
+
+
+@dataclass
+class IngestResult:
+    """What one ingest call did."""
+
+    loaded: int = 0
+    skipped: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    quarantined: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        rows = ", ".join(f"{t}={n}" for t, n in sorted(self.rows.items())) or "no rows"
+        return f"loaded {self.loaded} shards ({rows}); {self.skipped} already loaded; {len(self.quarantined)} quarantined"
+
+
+def connect(db: str | os.PathLike, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; a writable connection also creates any missing table."""
+    if read_only and not Path(db).exists():
+        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
+    con = duckdb.connect(str(db), read_only=read_only)
+    con.execute("SET TimeZone = 'UTC'")
+    if not read_only:
+        ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the raw tables, the ledger and the quarantine table if they are missing."""
+    for name, schema in sh.SCHEMAS.items():
+        empty = pa.Table.from_pylist([], schema=schema)  # noqa: F841 (read by DuckDB below)
+        con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT *, 0::BIGINT AS shard_id FROM empty LIMIT 0")
+    con.execute(_LEDGER_DDL)
+    con.execute(_VIEWS)
+
+
+def ingest_shards(
+    shards_root: str | os.PathLike,
+    con: duckdb.DuckDBPyConnection,
+    *,
+    hour: dt.datetime | None = None,
+    tables: tuple[str, ...] = RAW_TABLES,
+    batch_files: int = 64,
+) -> IngestResult:
+    """Load every shard under ``shards_root`` not yet in the ledger (one hour only, if given).
+
+    Idempotent: a shard's relative path is its identity, so a second call loads nothing. A shard
+    that fails validation is recorded in ``quarantine`` with the reason and left in place; the
+    others load. Rows and ledger entries of a batch commit in one transaction, so a crash
+    mid-ingest leaves no partly loaded shard.
+    """
+    root = Path(shards_root)
+    result = IngestResult()
+    known = {r[0] for r in con.execute("SELECT path FROM shard_ledger UNION ALL SELECT path FROM quarantine").fetchall()}
+    for table in tables:
+        todo = []
+        for path in sh.list_shards(root, table, hour):
+            rel = path.relative_to(root).as_posix()
+            if rel in known:
+                result.skipped += 1
+            else:
+                todo.append((path, rel))
+        for start in range(0, len(todo), batch_files):
+            _load_batch(con, table, todo[start : start + batch_files], result)
+    return result
+
+
+def _load_batch(con, table: str, batch, result: IngestResult) -> None:
+    parts, ledger = [], []
+    for path, rel in batch:
+        size = path.stat().st_size
+        try:
+            data = sh.read_shard(path, table)
+        except sh.ShardError as exc:
+            reason = str(exc).replace(str(path), rel)
+            con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)", [rel, table, reason, size])
+            result.quarantined.append((rel, reason))
+            continue
+        shard_id = con.execute("SELECT nextval('shard_id_seq')").fetchone()[0]
+        data = data.select(list(sh.SCHEMAS[table].names))
+        parts.append(data.append_column("shard_id", pa.array([shard_id] * data.num_rows, pa.int64())))
+        ledger.append((shard_id, rel, table, _partition_hour(rel), data.num_rows, size))
+    if not parts:
+        return
+    batch_table = pa.concat_tables(parts)  # noqa: F841 (read by DuckDB below)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM batch_table")
+        con.executemany(
+            "INSERT INTO shard_ledger (shard_id, path, table_name, partition_hour, rows, bytes) VALUES (?, ?, ?, ?, ?, ?)",
+            ledger,
+        )
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    result.loaded += len(ledger)
+    result.rows[table] = result.rows.get(table, 0) + batch_table.num_rows
+
+
+def _partition_hour(rel: str) -> dt.datetime | None:
+    date = hour = None
+    for part in rel.split("/"):
+        if part.startswith("date="):
+            date = part[5:]
+        elif part.startswith("hour="):
+            hour = part[5:]
+    if date is None or hour is None:
+        return None
+    return dt.datetime.fromisoformat(f"{date}T{hour}:00:00+00:00")
+
+
+def query(db: str | os.PathLike, sql: str) -> pa.Table:
+    """Run ad-hoc SQL on a read-only connection and return the result as Arrow."""
+    con = connect(db, read_only=True)
+    try:
+        return con.execute(sql).fetch_arrow_table()
+    finally:
+        con.close()
+
+
+#: Hourly views the detectors, rules and reports share. Counts are scaled by 1/sampling_duty so a
+#: duty-cycled collector's launches stay comparable; durations are per launch and need no scaling.
+_VIEWS = """
+CREATE OR REPLACE VIEW kernel_hourly AS
+SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kernel) AS kernel,
+       grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, shared_mem_bytes,
+       concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z),
+                 'r' || registers_per_thread, 's' || shared_mem_bytes) AS signature,
+       sum(launches / coalesce(nullif(sampling_duty, 0), 1)) AS launches,
+       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) AS total_ns,
+       sum(total_ns) / nullif(sum(launches), 0) AS mean_ns,
+       min(min_ns) AS min_ns, max(max_ns) AS max_ns,
+       count(DISTINCT gpu_uuid) AS gpus
+FROM kernels
+GROUP BY ALL;
+
+CREATE OR REPLACE VIEW job_hourly AS
+SELECT date_trunc('hour', window_start) AS hour, job,
+       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) / 1e9 AS gpu_busy_s,
+       sum(launches / coalesce(nullif(sampling_duty, 0), 1)) AS launches,
+       count(DISTINCT gpu_uuid) AS gpus,
+       count(DISTINCT kernel_id) AS kernels
+FROM kernels
+GROUP BY ALL;
+
+CREATE OR REPLACE VIEW device_hourly AS
+SELECT date_trunc('hour', ts) AS hour, host, gpu_uuid, any_value(gpu_index) AS gpu_index,
+       any_value(gpu_model) AS gpu_model, count(*) AS samples,
+       avg(sm_util_pct) AS sm_util_pct, avg(sm_occupancy_pct) AS sm_occupancy_pct,
+       avg(tensor_util_pct) AS tensor_util_pct, avg(dram_bw_util_pct) AS dram_bw_util_pct,
+       avg(pcie_tx_bytes_s) AS pcie_tx_bytes_s, avg(pcie_rx_bytes_s) AS pcie_rx_bytes_s,
+       avg(power_w) AS power_w, avg(temp_c) AS temp_c, avg(sm_clock_mhz) AS sm_clock_mhz,
+       avg(mem_clock_mhz) AS mem_clock_mhz, bit_or(clocks_event_reasons) AS clocks_event_reasons,
+       max(mem_used_bytes) AS mem_used_bytes
+FROM device
+GROUP BY ALL;
+
+CREATE OR REPLACE VIEW memcpy_hourly AS
+SELECT date_trunc('hour', window_start) AS hour, job, copy_kind, src_kind, dst_kind,
+       sum(count / coalesce(nullif(sampling_duty, 0), 1)) AS count,
+       sum(bytes / coalesce(nullif(sampling_duty, 0), 1)) AS bytes,
+       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) AS total_ns,
+       sum(bytes) / nullif(sum(total_ns), 0) AS bytes_per_ns
+FROM memcpy
+GROUP BY ALL;
+"""

@@ -1,0 +1,3 @@
+from cudawatch.cli import main
+
+main()

@@ -1,0 +1,33 @@
+"""The ``cudawatch`` command. Each area registers its own subcommands from a light ``cli`` module.
+
+Heavy imports (DuckDB, scipy, CUPTI, Airflow) happen inside the commands, so ``cudawatch --help``
+and the collector's commands work on a GPU host that installed only ``cudawatch[collector]``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from analytics import cli as analytics_cli
+from collector import cli as collector_cli
+from cudawatch import simulator_cli
+from reports import cli as reports_cli
+
+app = typer.Typer(
+    name="cudawatch",
+    help="Continuous CUDA performance monitoring: collect, ingest, detect regressions, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+for module in (simulator_cli, analytics_cli, reports_cli, collector_cli):
+    module.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Configuration from the environment (the ``CUDAWATCH_*`` names of docs/configuration.md).
+
+One dataclass per concern, each with ``from_env()``. Airflow DAGs may override values from
+Variables and Connections before passing them on; nothing here reads Airflow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed; the message names the variable."""
+
+
+def _env(name: str, default: str | None = None, environ: dict | None = None) -> str | None:
+    value = (environ if environ is not None else os.environ).get(name)
+    return value if value not in (None, "") else default
+
+
+def _float(name: str, default: float, environ: dict | None = None) -> float:
+    raw = _env(name, None, environ)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where shards, the warehouse and the report archive live."""
+
+    shards: Path = Path("shards")
+    db: Path = Path("cudawatch.duckdb")
+    reports: Path = Path("reports-archive")
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> "Paths":
+        return cls(
+            shards=Path(_env("CUDAWATCH_SHARDS", "shards", environ)),
+            db=Path(_env("CUDAWATCH_DB", "cudawatch.duckdb", environ)),
+            reports=Path(_env("CUDAWATCH_REPORTS", "reports-archive", environ)),
+        )
+
+
+@dataclass(frozen=True)
+class SmtpConfig:
+    """SMTP settings for the CLI's email path (Airflow uses its SMTP connection instead)."""
+
+    host: str | None = None
+    port: int = 25
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    starttls: bool = False
+    sender: str = "cudawatch@localhost"
+    to: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> "SmtpConfig":
+        port_raw = _env("CUDAWATCH_SMTP_PORT", "25", environ)
+        try:
+            port = int(port_raw)
+        except ValueError as exc:
+            raise ConfigError(f"CUDAWATCH_SMTP_PORT={port_raw!r} is not an integer") from exc
+        to = tuple(a.strip() for a in (_env("CUDAWATCH_EMAIL_TO", "", environ) or "").split(",") if a.strip())
+        return cls(
+            host=_env("CUDAWATCH_SMTP_HOST", None, environ),
+            port=port,
+            user=_env("CUDAWATCH_SMTP_USER", None, environ),
+            password=_env("CUDAWATCH_SMTP_PASSWORD", None, environ),
+            starttls=(_env("CUDAWATCH_SMTP_STARTTLS", "0", environ) or "0").lower() in ("1", "true", "yes"),
+            sender=_env("CUDAWATCH_EMAIL_FROM", "cudawatch@localhost", environ),
+            to=to,
+        )
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Alert destinations; a URL left unset means that channel is off."""
+
+    slack_webhook_url: str | None = field(default=None, repr=False)
+    webhook_url: str | None = field(default=None, repr=False)
+    report_url: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> "AlertConfig":
+        return cls(
+            slack_webhook_url=_env("CUDAWATCH_SLACK_WEBHOOK_URL", None, environ),
+            webhook_url=_env("CUDAWATCH_WEBHOOK_URL", None, environ),
+            report_url=_env("CUDAWATCH_REPORT_URL", None, environ),
+        )
+
+
+def max_overhead_pct(environ: dict | None = None) -> float:
+    """The collector's overhead budget in percent (``CUDAWATCH_MAX_OVERHEAD_PCT``, default 2)."""
+    value = _float("CUDAWATCH_MAX_OVERHEAD_PCT", 2.0, environ)
+    if not 0 < value <= 100:
+        raise ConfigError(f"CUDAWATCH_MAX_OVERHEAD_PCT={value} must be in (0, 100]")
+    return value

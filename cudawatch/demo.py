@@ -1,0 +1,57 @@
+"""The demo: simulated fleet -> shards -> DuckDB -> analysis -> HTML report, on any machine."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudawatch import simulator
+from cudawatch.simulator_cli import DEMO_GPUS, DEMO_HOURS, DEMO_SEED, DEMO_START, _parse_start
+
+
+@dataclass
+class DemoResult:
+    shards: Path
+    db: Path
+    report: Path
+    ground_truth: Path
+    ingest_summary: str
+    regressions: list = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [
+            f"shards:       {self.shards}",
+            f"warehouse:    {self.db}",
+            f"report:       {self.report}",
+            f"ground truth: {self.ground_truth}",
+            f"ingest:       {self.ingest_summary}",
+            f"regressions:  {len(self.regressions)}",
+        ]
+        for r in self.regressions:
+            causes = ", ".join(f.rule for f in r.causes) or "-"
+            lines.append(f"  [{r.severity}] {r.job} {(r.kernel or r.gpu_uuid or r.series)[:70]} {r.magnitude_pct:+.1f}% since {r.onset:%Y-%m-%d %H:00} ({causes})")
+        lines.append(f'try: cudawatch query --db {self.db} "SELECT job, count(*) FROM kernels GROUP BY job"')
+        return "\n".join(lines)
+
+
+def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED) -> DemoResult:
+    """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced)."""
+    from analytics import pipeline, warehouse
+    from reports import render
+
+    workdir = Path(workdir)
+    shards, db, report = workdir / "shards", workdir / "cudawatch.duckdb", workdir / "report.html"
+    if shards.exists():
+        shutil.rmtree(shards)
+    db.unlink(missing_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=_parse_start(DEMO_START))
+    con = warehouse.connect(db)
+    try:
+        ingested = warehouse.ingest_shards(shards, con)
+        regressions = pipeline.analyze(con)
+    finally:
+        con.close()
+    render.write_report(db, report, None)
+    return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), regressions)
