@@ -154,7 +154,7 @@ def query(db: str | os.PathLike, sql: str) -> pa.Table:
     """Run ad-hoc SQL on a read-only connection and return the result as Arrow."""
     con = connect(db, read_only=True)
     try:
-        return con.execute(sql).fetch_arrow_table()
+        return con.execute(sql).to_arrow_table()
     finally:
         con.close()
 

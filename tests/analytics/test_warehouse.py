@@ -1,0 +1,104 @@
+"""Warehouse ingest: idempotent, quarantines bad shards with a reason, accepts late shards."""
+
+import datetime as dt
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from analytics import warehouse
+from cudawatch import shards as sh
+from tests.test_shards import HOUR, kernel_rows
+
+
+def counts(con):
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (*warehouse.RAW_TABLES, "shard_ledger")}
+
+
+def device_rows(hour, n=4):
+    return pa.Table.from_pylist([dict(ts=hour + dt.timedelta(seconds=10 * i), host="h0", gpu_uuid="GPU-0", gpu_index=0,
+                                      gpu_model="H200", sm_util_pct=50.0, sm_clock_mhz=1980.0) for i in range(n)])
+
+
+@pytest.fixture
+def shard_root(tmp_path):
+    root = tmp_path / "shards"
+    for h in range(3):
+        hour = HOUR + dt.timedelta(hours=h)
+        sh.write_shard(root, "kernels", kernel_rows(window_start=hour), hour, host="h0", pid=1)
+        sh.write_shard(root, "device", device_rows(hour), hour, host="h0", pid=2)
+    return root
+
+
+def test_loading_twice_counts_once(shard_root, tmp_path):
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    first = warehouse.ingest_shards(shard_root, con)
+    assert (first.loaded, first.skipped, first.rows) == (6, 0, {"kernels": 9, "device": 12})
+    before = counts(con)
+    second = warehouse.ingest_shards(shard_root, con)
+    assert (second.loaded, second.skipped) == (0, 6)
+    assert counts(con) == before == {"kernels": 9, "memcpy": 0, "device": 12, "health": 0, "shard_ledger": 6}
+
+
+def test_corrupt_shard_is_quarantined_and_the_rest_load(shard_root, tmp_path):
+    bad = sh.partition_dir(shard_root, "kernels", HOUR) / "h9-1-bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    result = warehouse.ingest_shards(shard_root, con)
+    assert result.loaded == 6
+    assert [p for p, _ in result.quarantined] == ["kernels/date=2026-11-01/hour=05/h9-1-bad.parquet"]
+    reason = con.execute("SELECT reason FROM quarantine").fetchone()[0]
+    assert "not a readable Parquet file" in reason
+    assert bad.exists(), "a quarantined shard is kept for inspection, never deleted"
+    again = warehouse.ingest_shards(shard_root, con)
+    assert (again.loaded, again.quarantined) == (0, [])
+
+
+def test_late_shard_for_an_old_hour_is_loaded(shard_root, tmp_path):
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    warehouse.ingest_shards(shard_root, con)
+    sh.write_shard(shard_root, "kernels", kernel_rows(n=1, window_start=HOUR, host="h1"), HOUR, host="h1", pid=7)
+    late = warehouse.ingest_shards(shard_root, con)
+    assert (late.loaded, late.rows) == (1, {"kernels": 1})
+    assert con.execute("SELECT count(DISTINCT host) FROM kernels WHERE window_start = ?", [HOUR]).fetchone()[0] == 2
+
+
+def test_hour_filter_loads_one_partition(shard_root, tmp_path):
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    result = warehouse.ingest_shards(shard_root, con, hour=HOUR + dt.timedelta(hours=1))
+    assert result.loaded == 2
+    hours = con.execute("SELECT DISTINCT partition_hour FROM shard_ledger").fetchall()
+    assert [h[0] for h in hours] == [HOUR + dt.timedelta(hours=1)]
+
+
+def test_views_aggregate_hourly(shard_root, tmp_path):
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    warehouse.ingest_shards(shard_root, con)
+    rows = con.execute("SELECT hour, launches, mean_ns, signature FROM kernel_hourly ORDER BY hour").fetchall()
+    assert len(rows) == 3
+    assert rows[0][1] == 33 and rows[0][2] == pytest.approx(3000 / 33)
+    assert rows[0][3] == "1x1x1/128x1x1/r32/s0"
+
+
+def test_sampling_duty_scales_counts_not_durations(tmp_path):
+    root = tmp_path / "shards"
+    sh.write_shard(root, "kernels", kernel_rows(n=1, sampling_duty=0.25), HOUR)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    warehouse.ingest_shards(root, con)
+    launches, mean_ns = con.execute("SELECT launches, mean_ns FROM kernel_hourly").fetchone()
+    assert (launches, mean_ns) == (40, 100)
+
+
+def test_query_is_read_only(shard_root, tmp_path):
+    db = tmp_path / "w.duckdb"
+    con = warehouse.connect(db)
+    warehouse.ingest_shards(shard_root, con)
+    con.close()
+    assert warehouse.query(db, "SELECT count(*) AS n FROM kernels").to_pylist() == [{"n": 9}]
+    with pytest.raises(duckdb.Error, match="read-only"):
+        warehouse.query(db, "DELETE FROM kernels")
+
+
+def test_query_on_missing_warehouse_is_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run `cudawatch ingest` first"):
+        warehouse.query(tmp_path / "nope.duckdb", "SELECT 1")
