@@ -80,6 +80,14 @@ def query(
     _print_arrow(result, fmt, limit)
 
 
+def _json_default(value):
+    from decimal import Decimal
+
+    if isinstance(value, Decimal):  # DuckDB sums of BIGINT arrive as decimals
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
+
+
 def _print_arrow(result, fmt: str, limit: int) -> None:
     import sys
 
@@ -88,7 +96,7 @@ def _print_arrow(result, fmt: str, limit: int) -> None:
 
         pacsv.write_csv(result, sys.stdout.buffer)
     elif fmt == "json":
-        typer.echo(json.dumps(result.to_pylist(), default=str, indent=2))
+        typer.echo(json.dumps(result.to_pylist(), default=_json_default, indent=2))
     elif fmt == "table":
         from rich.console import Console
         from rich.table import Table

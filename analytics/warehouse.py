@@ -154,7 +154,10 @@ def query(db: str | os.PathLike, sql: str) -> pa.Table:
     """Run ad-hoc SQL on a read-only connection and return the result as Arrow."""
     con = connect(db, read_only=True)
     try:
-        return con.execute(sql).to_arrow_table()
+        relation = con.sql(sql)
+        if relation is None:  # a statement without a result
+            return pa.table({})
+        return relation.to_arrow_table()
     finally:
         con.close()
 
