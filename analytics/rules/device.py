@@ -1,0 +1,135 @@
+"""GPU rules: clock throttling, a straggler GPU, idle gaps (host- or input-bound), contention.
+
+Throttle reasons are NVML clock event reasons (``nvmlDeviceGetCurrentClocksEventReasons``); idle
+time follows Holistic Trace Analysis' idle-time analysis (GPU busy time against wall time); the
+straggler test compares each GPU of a job with the median of its peers, as HTA's straggler
+identification does per rank.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from analytics.context import RegressionContext, reason_names
+from analytics.results import Finding
+from analytics.rules._common import change, finding, job_gpus, strength
+
+#: The SM clock must fall by at least this much ...
+MIN_CLOCK_DROP = 0.05
+#: ... while the share of samples with a power/thermal reason rises by at least this much.
+MIN_THROTTLE_RISE = 0.20
+#: A GPU is a straggler when its kernels run >= 8 % slower than the median of its peers (and were not before).
+MIN_STRAGGLER = 0.08
+#: Before onset the same GPU must have been within this much of its peers.
+MAX_STRAGGLER_BEFORE = 0.04
+#: Busy share of wall time must fall by >= 10 % relative and >= 3 points absolute.
+MIN_IDLE_DROP = 0.10
+MIN_IDLE_POINTS = 0.03
+#: Other jobs' kernel time on the job's GPUs, as a share of the job's wall time, must rise by >= 5 points.
+MIN_CONTENTION = 0.05
+MIN_LAUNCHES = 10
+
+
+def clock_throttle(ctx: RegressionContext) -> Finding | None:
+    """SM clock fell >= 5 % on a GPU of the regression while power/thermal reasons became common."""
+    best = None
+    for g in job_gpus(ctx):
+        b, a = ctx.before.devices.get(g), ctx.after.devices.get(g)
+        if b is None or a is None or not b.sm_clock_mhz or a.sm_clock_mhz is None:
+            continue
+        drop = 1 - a.sm_clock_mhz / b.sm_clock_mhz
+        rise = a.throttle_frac - b.throttle_frac
+        if drop < MIN_CLOCK_DROP or rise < MIN_THROTTLE_RISE:
+            continue
+        if best is None or drop > best[0]:
+            best = (drop, g, b, a)
+    if best is None:
+        return None
+    drop, g, b, a = best
+    base = 0.85 if ctx.scope == "gpu" else 0.8
+    return finding("clock_throttle", base + 0.1 * strength(drop, MIN_CLOCK_DROP, 0.3), {
+        "gpu_uuid": g, "host": a.host, "sm_clock_mhz_before": b.sm_clock_mhz, "sm_clock_mhz_after": a.sm_clock_mhz,
+        "clock_change_pct": -100 * drop, "throttled_share_before": b.throttle_frac, "throttled_share_after": a.throttle_frac,
+        "reasons": reason_names(a.reasons), "power_w_before": b.power_w, "power_w_after": a.power_w,
+        "temp_c_before": b.temp_c, "temp_c_after": a.temp_c,
+    }, "The GPU's SM clock is held down by power or thermal limits: check cooling, fans, power cap "
+       "(nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE) and drain the node if hardware slowdown persists.")
+
+
+def _gpu_index(gpu_kernels, kernel_ids) -> dict[str, float]:
+    """Per GPU: GPU-time-weighted geometric mean of (its mean per launch / median of its peers') over kernels."""
+    per_kernel: dict[str, dict[str, tuple[float, float]]] = {}
+    for (g, k), (launches, ns) in gpu_kernels.items():
+        if (kernel_ids is None or k in kernel_ids) and launches >= MIN_LAUNCHES and ns > 0:
+            per_kernel.setdefault(k, {})[g] = (ns / launches, ns)
+    logs: dict[str, list[tuple[float, float]]] = {}
+    for k, gpus in per_kernel.items():
+        if len(gpus) < 2:
+            continue
+        for g, (mean, ns) in gpus.items():
+            peers = statistics.median(m for h, (m, _) in gpus.items() if h != g)
+            logs.setdefault(g, []).append((math.log(mean / peers), ns))
+    return {g: math.exp(sum(l * w for l, w in v) / sum(w for _, w in v)) for g, v in logs.items()}
+
+
+def straggler_gpu(ctx: RegressionContext) -> Finding | None:
+    """One GPU of the job runs the same kernels >= 8 % slower than its peers' median, and did not before."""
+    kernel_ids = {ctx.regression.kernel_id} if ctx.scope == "kernel" else None
+    before, after = _gpu_index(ctx.before.gpu_kernels, kernel_ids), _gpu_index(ctx.after.gpu_kernels, kernel_ids)
+    candidates = [ctx.regression.gpu_uuid] if ctx.scope == "gpu" else list(after)
+    best = None
+    for g in candidates:
+        if g not in after or after[g] - 1 < MIN_STRAGGLER:
+            continue
+        if g in before and before[g] - 1 > MAX_STRAGGLER_BEFORE:
+            continue  # it was already slow: not what changed at onset
+        if best is None or after[g] > best[1]:
+            best = (g, after[g])
+    if best is None:
+        return None
+    g, idx = best
+    return finding("straggler_gpu", 0.6 + 0.15 * strength(idx - 1, MIN_STRAGGLER, 0.3), {
+        "gpu_uuid": g, "slower_than_peers_pct_before": 100 * (before.get(g, 1.0) - 1), "slower_than_peers_pct_after": 100 * (idx - 1),
+        "peers": len(after) - 1,
+    }, "One GPU runs the same kernels slower than its peers and holds back the whole job: check its clocks, "
+       "errors (nvidia-smi -q -d ECC,PERFORMANCE) and PCIe/NVLink health; exclude it if it stays slow.")
+
+
+def gpu_idle_gaps(ctx: RegressionContext) -> Finding | None:
+    """The job's GPU busy share of wall time fell while wall time did not and launches per second fell:
+    the GPU waits for the host (input pipeline, Python overhead, synchronisation)."""
+    b, a = ctx.before, ctx.after
+    if b.wall_s <= 0 or a.wall_s <= 0 or b.hours < 3 or a.hours < 1:
+        return None
+    busy_b, busy_a = b.busy_s / b.wall_s, a.busy_s / a.wall_s
+    wall_rel = change(b.per_hour(b.wall_s), a.per_hour(a.wall_s))
+    launches_b = sum(k.launches for k in b.kernels) / b.wall_s
+    launches_a = sum(k.launches for k in a.kernels) / a.wall_s
+    drop = 1 - busy_a / busy_b if busy_b > 0 else 0.0
+    if drop < MIN_IDLE_DROP or busy_b - busy_a < MIN_IDLE_POINTS or (wall_rel is not None and wall_rel < -0.1):
+        return None
+    if launches_b <= 0 or launches_a / launches_b > 0.95:
+        return None  # same launch rate, shorter kernels: the GPU got faster, not idle
+    return finding("gpu_idle_gaps", 0.55 + 0.2 * strength(drop, MIN_IDLE_DROP, 0.4), {
+        "busy_share_before": busy_b, "busy_share_after": busy_a,
+        "wall_s_per_hour_before": b.per_hour(b.wall_s), "wall_s_per_hour_after": a.per_hour(a.wall_s),
+        "launches_per_s_before": launches_b, "launches_per_s_after": launches_a,
+    }, "The GPU sits idle between kernels more than before (host- or input-bound): profile the host side "
+       "(data loading, Python overhead, synchronisation); more DataLoader workers, prefetching or CUDA Graphs help.")
+
+
+def contention(ctx: RegressionContext) -> Finding | None:
+    """Other jobs' kernels on the job's GPUs rose by >= 5 % of the job's wall time."""
+    b, a = ctx.before, ctx.after
+    if a.wall_s <= 0:
+        return None
+    share_b = b.other_busy_s / b.wall_s if b.wall_s > 0 else 0.0
+    share_a = a.other_busy_s / a.wall_s
+    if share_a - share_b < MIN_CONTENTION:
+        return None
+    return finding("contention", 0.75 + 0.15 * strength(share_a - share_b, MIN_CONTENTION, 0.3), {
+        "other_jobs_before": b.other_jobs, "other_jobs_after": a.other_jobs,
+        "other_busy_share_before": share_b, "other_busy_share_after": share_a,
+    }, "Other jobs now share this job's GPUs: give the job exclusive GPUs (exclusive-process compute mode, "
+       "scheduler constraints) or partition them with MIG.")

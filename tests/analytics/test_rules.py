@@ -1,0 +1,304 @@
+"""Root-cause rules on hand-built contexts: one positive and one negative case per rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from analytics import rules
+from analytics.context import (DeviceStats, KernelStats, MemcpyStats, RegressionContext, Window, THROTTLE_MASK,
+                               reason_names)
+from analytics.results import Finding, Regression
+
+ONSET = dt.datetime(2026, 11, 2, tzinfo=dt.timezone.utc)
+H = 24
+GPUS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
+CFG = (128, 1, 1, 256, 1, 1, 64, 0)
+GEMM = "0000000000000aaa"
+ELTW = "0000000000000bbb"
+
+
+def kstats(kid=GEMM, name="ampere_sgemm_128x64_tn", sig="128x1x1/256x1x1/r64/s0", mean=100_000.0, rate=3600.0,
+           hours=H, jitter=0.01, config=CFG):
+    """A kernel signature that ran ``hours`` hours at ``rate`` launches/h with per-launch ``mean`` ns."""
+    means = tuple(mean * (1 + jitter * ((i % 5) - 2) / 2) for i in range(hours))
+    launches = tuple(rate * (1 + jitter * ((i % 3) - 1)) for i in range(hours))
+    return KernelStats(kid, name, sig, sum(launches), sum(m * n for m, n in zip(means, launches)), means, launches,
+                       config, tuple(range(hours)))
+
+
+def dev(g="GPU-0", clock=1980.0, throttle=0.0, reasons=0, sm=70.0, dram=40.0, pcie=2e9, model="NVIDIA H100 80GB HBM3"):
+    return DeviceStats(g, 3600 * H, sm_clock_mhz=clock, sm_util_pct=sm, dram_bw_util_pct=dram, pcie_bytes_s=pcie,
+                       power_w=500.0, temp_c=60.0, throttle_frac=throttle, reasons=reasons, gpu_model=model)
+
+
+def gpu_kernels(means: dict[str, float], kid=GEMM, launches=3600.0 * H):
+    return {(g, kid): (launches, launches * m) for g, m in means.items()}
+
+
+def window(start, kernels=(), memcpy=(), devices=None, gpu_k=None, wall=None, busy=None, other=0.0, other_jobs=0, hours=H):
+    kernels = tuple(kernels)
+    busy_s = sum(k.total_ns for k in kernels) / 1e9 if busy is None else busy
+    return Window(start, start + dt.timedelta(hours=hours), hours, (), kernels, tuple(memcpy),
+                  devices if devices is not None else {g: dev(g) for g in GPUS},
+                  gpu_k if gpu_k is not None else gpu_kernels({g: 100_000.0 for g in GPUS}),
+                  busy_s, wall if wall is not None else 3600.0 * H * len(GPUS), other, other_jobs)
+
+
+def ctx(before_kw=None, after_kw=None, *, series="kernel_mean_ns", kernel_id=GEMM, gpu=None, signature=None):
+    reg = Regression(job="train-llama", kernel="ampere_sgemm" if kernel_id else None, kernel_id=kernel_id, gpu_uuid=gpu,
+                     series=series, onset=ONSET, before=1.0, after=1.1, magnitude_pct=10.0, p_value=1e-6,
+                     severity="medium", signature=signature)
+    b = window(ONSET - dt.timedelta(hours=H), **(before_kw or {"kernels": [kstats()]}))
+    a = window(ONSET, **(after_kw or {"kernels": [kstats()]}))
+    return RegressionContext(reg, b, a)
+
+
+def fired(c) -> list[str]:
+    return [f.rule for f in rules.evaluate(c)]
+
+
+# --- vocabulary and plumbing ---------------------------------------------------------------------
+
+def test_vocabulary_is_fixed_and_ordered():
+    assert rules.RULES == ("kernel_slower", "launch_config_changed", "new_kernel", "kernel_vanished", "more_launches",
+                           "pageable_memcpy", "memcpy_throughput_drop", "clock_throttle", "straggler_gpu",
+                           "gpu_idle_gaps", "contention", "compute_bound", "memory_bound", "transfer_bound")
+
+
+def test_nvml_reason_bits_match_nvidia_ml_py():
+    pynvml = pytest.importorskip("pynvml")
+    assert THROTTLE_MASK == (pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwSlowdown
+                             | pynvml.nvmlClocksEventReasonSwThermalSlowdown | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+                             | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown)
+    assert reason_names(pynvml.nvmlClocksEventReasonGpuIdle | pynvml.nvmlClocksEventReasonSwPowerCap) == ["sw_power_cap"]
+
+
+def test_unchanged_job_claims_no_cause():
+    assert fired(ctx()) == []
+    assert fired(ctx(series="job_gpu_busy_s", kernel_id=None)) == []
+
+
+def test_a_failing_rule_is_skipped_not_fatal():
+    def broken(_):
+        raise RuntimeError("boom")
+
+    c = ctx(after_kw={"kernels": [kstats(mean=110_000.0)]})
+    assert [f.rule for f in rules.evaluate(c, (broken, rules.kernel_slower))] == ["kernel_slower"]
+
+
+# --- kernel rules --------------------------------------------------------------------------------
+
+def test_kernel_slower_positive():
+    f = rules.kernel_slower(ctx(after_kw={"kernels": [kstats(mean=108_000.0)]}))
+    assert f.rule == "kernel_slower" and f.evidence["change_pct"] == pytest.approx(8.0, abs=0.1)
+    assert f.evidence["mean_ns_before"] == pytest.approx(100_000.0) and f.recommendation
+
+
+def test_kernel_slower_negative_within_noise_and_other_kernel():
+    # 1.5 % is below the 2 % floor; a noisy 3 % step is within 3 standard errors of the hourly medians
+    assert rules.kernel_slower(ctx(after_kw={"kernels": [kstats(mean=101_500.0)]})) is None
+    noisy = ctx({"kernels": [kstats(jitter=0.6)]}, {"kernels": [kstats(mean=103_000.0, jitter=0.6)]})
+    assert rules.kernel_slower(noisy) is None
+    other = ctx(after_kw={"kernels": [kstats(mean=150_000.0)]}, kernel_id=ELTW)
+    assert rules.kernel_slower(other) is None
+
+
+def test_launch_config_changed_positive():
+    new = kstats(sig="256x1x1/128x1x1/r96/s0", config=(256, 1, 1, 128, 1, 1, 96, 0), mean=120_000.0)
+    f = rules.launch_config_changed(ctx(after_kw={"kernels": [new]}))
+    assert f.evidence["changed"] == {"grid_x": [128, 256], "block_x": [256, 128], "registers_per_thread": [64, 96]}
+    assert f.evidence["signature_before"] == "128x1x1/256x1x1/r64/s0" and f.confidence >= 0.8
+    assert rules.kernel_slower(ctx(after_kw={"kernels": [new]})) is None  # different signature: not "same config"
+
+
+def test_launch_config_changed_negative_steady_multi_config_kernel():
+    # real elementwise kernels run with several grids at once; both before and after: no change
+    two = [kstats(), kstats(sig="64x1x1/256x1x1/r64/s0", config=(64, 1, 1, 256, 1, 1, 64, 0))]
+    assert rules.launch_config_changed(ctx({"kernels": two}, {"kernels": two})) is None
+    # a new configuration added beside the old one that keeps running is not a change of configuration
+    assert rules.launch_config_changed(ctx({"kernels": two[:1]}, {"kernels": two})) is None
+
+
+def test_new_kernel_positive_job_scope():
+    added = kstats(kid=ELTW, name="vectorized_elementwise_kernel<add>", mean=50_000.0)
+    f = rules.new_kernel(ctx(after_kw={"kernels": [kstats(), added]}, series="job_gpu_busy_s", kernel_id=None))
+    assert f.evidence["kernels"][0]["kernel_id"] == ELTW and f.evidence["count"] == 1
+    assert f.confidence >= 0.8  # the new kernel explains all of the job's added GPU time
+
+
+def test_new_kernel_negative_tiny_share_or_job_just_started():
+    tiny = kstats(kid=ELTW, mean=100.0, rate=10.0)
+    assert rules.new_kernel(ctx(after_kw={"kernels": [kstats(), tiny]}, series="job_gpu_busy_s", kernel_id=None)) is None
+    added = kstats(kid=ELTW, mean=50_000.0)
+    just_started = ctx({"kernels": [], "hours": 0}, {"kernels": [kstats(), added]}, series="job_gpu_busy_s", kernel_id=None)
+    assert rules.new_kernel(just_started) is None
+
+
+def test_kernel_vanished_positive():
+    gone = kstats(kid=ELTW, name="fused_layernorm", mean=50_000.0)
+    f = rules.kernel_vanished(ctx({"kernels": [kstats(), gone]}, series="job_gpu_busy_s", kernel_id=None))
+    assert f.evidence["kernels"][0]["kernel"] == "fused_layernorm"
+    own = rules.kernel_vanished(ctx({"kernels": [kstats(), gone]}, {"kernels": [kstats()]}, series="kernel_launches", kernel_id=ELTW))
+    assert own.confidence == pytest.approx(0.85)
+
+
+def test_kernel_vanished_negative_sporadic_kernel():
+    sporadic = kstats(kid=ELTW, mean=50_000.0, hours=2)  # ran only 2 hours before onset
+    assert rules.kernel_vanished(ctx({"kernels": [kstats(), sporadic]}, series="job_gpu_busy_s", kernel_id=None)) is None
+
+
+def test_more_launches_positive():
+    f = rules.more_launches(ctx(after_kw={"kernels": [kstats(rate=4500.0)]}, series="kernel_launches"))
+    assert f.evidence["change_pct"] == pytest.approx(25.0, abs=0.5) and f.confidence == pytest.approx(0.8)
+
+
+def test_more_launches_negative():
+    assert rules.more_launches(ctx(after_kw={"kernels": [kstats(rate=3800.0)]}, series="kernel_launches")) is None  # +5.6 %
+    assert rules.more_launches(ctx(after_kw={"kernels": [kstats(rate=2000.0)]}, series="kernel_launches")) is None  # fewer
+
+
+# --- copy rules ----------------------------------------------------------------------------------
+
+def mstats(src="pinned", gbps=20.0, gb_per_hour=100.0, hours=H, jitter=0.02, kind="HtoD"):
+    rates = tuple(gbps * (1 + jitter * ((i % 5) - 2) / 2) for i in range(hours))
+    nbytes = gb_per_hour * 1e9 * hours
+    return MemcpyStats(kind, src, "device", 1000.0 * hours, nbytes, nbytes / gbps, rates)
+
+
+def test_pageable_memcpy_positive():
+    c = ctx({"kernels": [kstats()], "memcpy": [mstats()]}, {"kernels": [kstats()], "memcpy": [mstats("pageable", gbps=6.0)]},
+            series="job_gpu_busy_s", kernel_id=None)
+    f = rules.pageable_memcpy(c)
+    assert f.evidence["pageable_share_before"] == 0.0 and f.evidence["pageable_share_after"] == 1.0
+    assert f.evidence["host_copy_bytes_per_ns_after"] == pytest.approx(6.0)
+
+
+def test_pageable_memcpy_negative_already_pageable_or_device_copies():
+    same = {"kernels": [kstats()], "memcpy": [mstats("pageable", gbps=6.0)]}
+    assert rules.pageable_memcpy(ctx(same, same, series="job_gpu_busy_s", kernel_id=None)) is None
+    dtod = {"kernels": [kstats()], "memcpy": [mstats("device", kind="DtoD")]}
+    assert rules.pageable_memcpy(ctx(dtod, dtod)) is None
+
+
+def test_memcpy_throughput_drop_positive():
+    c = ctx({"kernels": [kstats()], "memcpy": [mstats()]}, {"kernels": [kstats()], "memcpy": [mstats(gbps=12.0)]})
+    f = rules.memcpy_throughput_drop(c)
+    assert f.evidence["change_pct"] == pytest.approx(-40.0, abs=0.5) and f.evidence["src_kind"] == "pinned"
+
+
+def test_memcpy_throughput_drop_negative_small_drop():
+    c = ctx({"kernels": [kstats()], "memcpy": [mstats()]}, {"kernels": [kstats()], "memcpy": [mstats(gbps=18.0)]})
+    assert rules.memcpy_throughput_drop(c) is None  # -10 %
+
+
+# --- GPU rules -----------------------------------------------------------------------------------
+
+def throttled_devices(clock=1500.0, frac=0.9, reasons=0x40 | 0x1):
+    return {g: dev(g, clock=clock, throttle=frac, reasons=reasons & THROTTLE_MASK) if g == "GPU-2" else dev(g) for g in GPUS}
+
+
+def test_clock_throttle_positive_ranks_first():
+    slow = gpu_kernels({"GPU-0": 100_000.0, "GPU-1": 100_000.0, "GPU-2": 125_000.0, "GPU-3": 100_000.0})
+    c = ctx(after_kw={"kernels": [kstats(mean=106_000.0)], "devices": throttled_devices(), "gpu_k": slow})
+    f = rules.clock_throttle(c)
+    assert f.evidence["gpu_uuid"] == "GPU-2" and f.evidence["reasons"] == ["hw_thermal"]
+    assert f.evidence["clock_change_pct"] == pytest.approx(-24.24, abs=0.01)
+    assert fired(c)[:2] == ["clock_throttle", "straggler_gpu"] and "kernel_slower" in fired(c)
+
+
+def test_clock_throttle_negative_no_reason_or_small_drop():
+    no_reason = throttled_devices(frac=0.0, reasons=0x1)  # idle only: clocks fell because the GPU idled
+    assert rules.clock_throttle(ctx(after_kw={"kernels": [kstats()], "devices": no_reason})) is None
+    small = throttled_devices(clock=1940.0)  # -2 %
+    assert rules.clock_throttle(ctx(after_kw={"kernels": [kstats()], "devices": small})) is None
+
+
+def test_straggler_gpu_positive():
+    slow = gpu_kernels({"GPU-0": 100_000.0, "GPU-1": 101_000.0, "GPU-2": 115_000.0, "GPU-3": 99_000.0})
+    f = rules.straggler_gpu(ctx(after_kw={"kernels": [kstats()], "gpu_k": slow}))
+    assert f.evidence["gpu_uuid"] == "GPU-2" and f.evidence["slower_than_peers_pct_after"] == pytest.approx(15.0, abs=0.1)
+
+
+def test_straggler_gpu_negative_already_slow_or_all_slower():
+    slow = gpu_kernels({"GPU-0": 100_000.0, "GPU-1": 101_000.0, "GPU-2": 115_000.0, "GPU-3": 99_000.0})
+    assert rules.straggler_gpu(ctx({"kernels": [kstats()], "gpu_k": slow}, {"kernels": [kstats()], "gpu_k": slow})) is None
+    all_slow = gpu_kernels({g: 115_000.0 for g in GPUS})
+    assert rules.straggler_gpu(ctx(after_kw={"kernels": [kstats()], "gpu_k": all_slow})) is None
+
+
+def test_gpu_idle_gaps_positive():
+    busy = 7.2e7  # launches/h of 100 us on 4 GPUs: busy half the time
+    c = ctx({"kernels": [kstats(rate=busy)]}, {"kernels": [kstats(rate=0.75 * busy)]}, series="job_gpu_busy_s", kernel_id=None)
+    f = rules.gpu_idle_gaps(c)
+    assert f.evidence["busy_share_before"] == pytest.approx(0.5, abs=0.01)
+    assert f.evidence["busy_share_after"] == pytest.approx(0.375, abs=0.01)
+
+
+def test_gpu_idle_gaps_negative_faster_kernels_or_shorter_wall():
+    busy = 7.2e7
+    faster = ctx({"kernels": [kstats(rate=busy)]}, {"kernels": [kstats(rate=busy, mean=70_000.0)]}, series="job_gpu_busy_s", kernel_id=None)
+    assert rules.gpu_idle_gaps(faster) is None  # same launch rate: kernels got faster, the GPU is not idle
+    half_wall = ctx({"kernels": [kstats(rate=busy)]}, {"kernels": [kstats(rate=busy / 2)], "wall": 3600.0 * H * 2},
+                    series="job_gpu_busy_s", kernel_id=None)
+    assert rules.gpu_idle_gaps(half_wall) is None  # the job ran on fewer GPUs, busy share unchanged
+
+
+def test_contention_positive():
+    wall = 3600.0 * H * len(GPUS)
+    f = rules.contention(ctx(after_kw={"kernels": [kstats()], "other": 0.2 * wall, "other_jobs": 1}))
+    assert f.evidence["other_busy_share_after"] == pytest.approx(0.2) and f.evidence["other_jobs_after"] == 1
+
+
+def test_contention_negative_same_neighbours():
+    wall = 3600.0 * H * len(GPUS)
+    same = {"kernels": [kstats()], "other": 0.2 * wall, "other_jobs": 1}
+    assert rules.contention(ctx(same, same)) is None
+
+
+# --- regime rules --------------------------------------------------------------------------------
+
+def devices(**kw):
+    return {g: dev(g, **kw) for g in GPUS}
+
+
+def test_compute_bound_positive_and_ranks_below_specific_causes():
+    c = ctx({"kernels": [kstats()], "devices": devices(sm=75.0, dram=30.0)},
+            {"kernels": [kstats(mean=110_000.0)], "devices": devices(sm=97.0, dram=30.0)})
+    assert rules.compute_bound(c).confidence <= 0.35
+    assert fired(c) == ["kernel_slower", "compute_bound"]
+
+
+def test_compute_bound_negative_unchanged_or_memory_heavy():
+    busy = {"kernels": [kstats()], "devices": devices(sm=97.0, dram=30.0)}
+    assert rules.compute_bound(ctx(busy, busy)) is None  # the regime did not change at onset
+    heavy = {"kernels": [kstats()], "devices": devices(sm=97.0, dram=80.0)}
+    assert rules.compute_bound(ctx({"kernels": [kstats()], "devices": devices(sm=70.0)}, heavy)) is None
+
+
+def test_memory_bound_positive_and_negative():
+    f = rules.memory_bound(ctx({"kernels": [kstats()], "devices": devices(dram=45.0)}, {"kernels": [kstats()], "devices": devices(dram=82.0)}))
+    assert f.evidence["dram_bw_util_pct_after"] == pytest.approx(82.0)
+    assert rules.memory_bound(ctx({"kernels": [kstats()], "devices": devices(dram=75.0)}, {"kernels": [kstats()], "devices": devices(dram=78.0)})) is None
+    assert rules.memory_bound(ctx({"kernels": [kstats()], "devices": devices(dram=30.0)}, {"kernels": [kstats()], "devices": devices(dram=55.0)})) is None
+
+
+def test_transfer_bound_positive_and_negative():
+    small = mstats(gb_per_hour=1.0)
+    big = mstats(gb_per_hour=3000.0)  # 150 s of copies per hour against ~346 s of kernels
+    f = rules.transfer_bound(ctx({"kernels": [kstats()], "memcpy": [small]}, {"kernels": [kstats()], "memcpy": [big]}))
+    assert f.evidence["copy_share_after"] > 0.2 and f.confidence <= 0.35
+    assert rules.transfer_bound(ctx({"kernels": [kstats()], "memcpy": [big]}, {"kernels": [kstats()], "memcpy": [big]})) is None
+    link = ctx({"kernels": [kstats()], "devices": devices(pcie=10e9)}, {"kernels": [kstats()], "devices": devices(pcie=50e9)})
+    assert rules.transfer_bound(link).evidence["pcie_pct_of_peak_after"] == pytest.approx(78.125, abs=0.01)
+
+
+def test_evaluate_ranks_by_confidence():
+    new = kstats(sig="256x1x1/128x1x1/r96/s0", config=(256, 1, 1, 128, 1, 1, 96, 0), mean=120_000.0)
+    c = ctx(after_kw={"kernels": [new], "devices": devices(sm=70.0, dram=85.0)})
+    found = rules.evaluate(c)
+    assert [f.rule for f in found] == ["launch_config_changed", "memory_bound"]
+    assert all(isinstance(f, Finding) for f in found) and found[0].confidence > found[1].confidence
+    assert dataclasses.replace(c.regression, causes=found).top_cause.rule == "launch_config_changed"
