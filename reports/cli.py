@@ -1,24 +1,84 @@
-"""Report and alert commands."""
+"""Report and alert commands: ``cudawatch report`` and ``cudawatch alert``."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 
 def report(
     db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
-    out: Path = typer.Option(..., "--out", help="HTML file to write."),
+    out: Path = typer.Option(..., "--out", help="HTML file to write (detail pages are written beside it)."),
     date: Optional[str] = typer.Option(None, "--date", help="UTC day to report (YYYY-MM-DD); default: the last day with data."),
+    email_to: Optional[List[str]] = typer.Option(
+        None, "--email-to", help="Also e-mail the report to this address (repeatable); SMTP from CUDAWATCH_SMTP_* env."),
 ) -> None:
-    """Write the HTML report."""
+    """Write the HTML report, and e-mail it when --email-to is given."""
+    from cudawatch.config import ConfigError, SmtpConfig
     from reports import render
 
-    path = render.write_report(db, out, date)
+    try:
+        smtp = SmtpConfig.from_env() if email_to else None
+        if smtp is not None and not smtp.host:
+            raise ConfigError("--email-to needs CUDAWATCH_SMTP_HOST (and _PORT/_USER/_PASSWORD/_STARTTLS as needed)")
+        path = render.write_report(db, out, date)
+    except (ConfigError, render.ReportError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     typer.echo(f"report: {path}")
+    if smtp is not None:
+        from reports.email import EmailError, send_report_email
+
+        from analytics import warehouse
+
+        con = warehouse.connect(db)
+        try:
+            rendered = render.build_report(con, render._parse_day(date, con), image_mode="cid")
+        finally:
+            con.close()
+        try:
+            send_report_email(rendered.html, rendered.text, rendered.images, smtp, email_to, rendered.subject)
+        except (EmailError, ConfigError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        typer.echo(f"emailed: {', '.join(email_to)} via {smtp.host}:{smtp.port} ({rendered.subject})")
+
+
+def alert(
+    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file (holds the alert outbox)."),
+    report_url: Optional[str] = typer.Option(None, "--report-url", help="Link to the report (default CUDAWATCH_REPORT_URL)."),
+) -> None:
+    """Send new regressions to Slack (CUDAWATCH_SLACK_WEBHOOK_URL) and the JSON webhook
+    (CUDAWATCH_WEBHOOK_URL); alerts that could not be delivered are retried by the next run."""
+    from analytics import warehouse
+    from cudawatch.config import AlertConfig, ConfigError
+    from reports.alerts import send_new_alerts
+
+    try:
+        config = AlertConfig.from_env()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if not (config.slack_webhook_url or config.webhook_url):
+        typer.echo("error: no alert channel: set CUDAWATCH_SLACK_WEBHOOK_URL and/or CUDAWATCH_WEBHOOK_URL", err=True)
+        raise typer.Exit(2)
+    if not db.exists():
+        typer.echo(f"error: warehouse {db} does not exist (run `cudawatch ingest` first)", err=True)
+        raise typer.Exit(2)
+    con = warehouse.connect(db)
+    try:
+        result = send_new_alerts(con, config, report_url=report_url)
+    finally:
+        con.close()
+    typer.echo(result.summary())
+    for err in result.errors:
+        typer.echo(f"  {err}", err=True)
+    if result.failed:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
     app.command()(report)
+    app.command()(alert)

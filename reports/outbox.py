@@ -1,0 +1,139 @@
+"""The alert outbox: a DuckDB table that makes alert delivery survive crashes and outages.
+
+Transactional outbox pattern (Richardson, microservices.io "Transactional outbox"): an alert is
+first written, with its final JSON body, to ``alert_outbox`` in one transaction; only then is it
+sent; the row is marked ``sent`` after the endpoint answers 2xx. Each attempt is recorded
+*before* the request (``attempts`` + 1 and a short lease in ``next_attempt_at``), so:
+
+* a crash before the request: the row is pending; the next run sends it (nothing lost);
+* a crash after the endpoint accepted but before ``sent`` was recorded: the next run after the
+  lease sends the *same body* again. Delivery is therefore at-least-once. The generic webhook
+  carries ``Idempotency-Key: <event_id>`` so its receiver can make the effect exactly-once;
+  Slack incoming webhooks have no idempotency key, so that narrow window can repeat a Slack message;
+* endpoint down: the row stays ``pending`` with a backed-off ``next_attempt_at`` and is retried
+  by every later run until it is sent or older than ``RetryPolicy.give_up_after`` (then ``failed``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+DDL = """
+CREATE TABLE IF NOT EXISTS alert_outbox (
+    event_id VARCHAR NOT NULL,          -- the regression event id, or group-<hash> for a grouped Slack message
+    channel VARCHAR NOT NULL,           -- slack | webhook
+    event_ids VARCHAR[] NOT NULL,       -- the regression events this message carries
+    payload VARCHAR NOT NULL,           -- the JSON body, fixed when queued
+    state VARCHAR NOT NULL DEFAULT 'pending',  -- pending | sent | failed
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TIMESTAMPTZ NOT NULL,
+    last_error VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    sent_at TIMESTAMPTZ,
+    PRIMARY KEY (event_id, channel)
+)
+"""
+
+STATES = ("pending", "sent", "failed")
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    event_id: str
+    channel: str
+    event_ids: tuple[str, ...]
+    payload: str
+    state: str
+    attempts: int
+    next_attempt_at: dt.datetime
+    last_error: str | None
+    created_at: dt.datetime
+    sent_at: dt.datetime | None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return json.loads(self.payload)
+
+
+_COLUMNS = "event_id, channel, event_ids, payload, state, attempts, next_attempt_at, last_error, created_at, sent_at"
+
+
+def ensure_outbox(con) -> None:
+    con.execute(DDL)
+
+
+def queued_event_ids(con, channel: str) -> set[str]:
+    """Regression events already in the outbox for ``channel`` (in any state)."""
+    return {r[0] for r in con.execute(
+        "SELECT DISTINCT unnest(event_ids) FROM alert_outbox WHERE channel = ?", [channel]).fetchall()}
+
+
+def enqueue(con, messages: Iterable[tuple[str, str, list[str], dict[str, Any]]], now: dt.datetime) -> int:
+    """Queue messages ``(message_id, channel, event_ids, body)`` in one transaction; a message id
+    already queued for the channel is ignored. Returns how many rows were added."""
+    rows = [(mid, ch, list(eids), json.dumps(body, ensure_ascii=False, sort_keys=True), now, now) for mid, ch, eids, body in messages]
+    if not rows:
+        return 0
+    before = con.execute("SELECT count(*) FROM alert_outbox").fetchone()[0]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.executemany(
+            "INSERT OR IGNORE INTO alert_outbox (event_id, channel, event_ids, payload, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return con.execute("SELECT count(*) FROM alert_outbox").fetchone()[0] - before
+
+
+def due(con, now: dt.datetime, channel: str | None = None) -> list[OutboxRow]:
+    """Pending messages whose next attempt time has come, oldest first."""
+    sql = f"SELECT {_COLUMNS} FROM alert_outbox WHERE state = 'pending' AND next_attempt_at <= ?"
+    params: list[Any] = [now]
+    if channel:
+        sql += " AND channel = ?"
+        params.append(channel)
+    return [_row(r) for r in con.execute(sql + " ORDER BY created_at, event_id", params).fetchall()]
+
+
+def rows(con, state: str | None = None) -> list[OutboxRow]:
+    sql = f"SELECT {_COLUMNS} FROM alert_outbox"
+    params = []
+    if state:
+        sql += " WHERE state = ?"
+        params.append(state)
+    return [_row(r) for r in con.execute(sql + " ORDER BY created_at, channel, event_id", params).fetchall()]
+
+
+def _row(r) -> OutboxRow:
+    return OutboxRow(r[0], r[1], tuple(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9])
+
+
+def record_attempt(con, row: OutboxRow, lease_until: dt.datetime, now: dt.datetime) -> None:
+    """Count an attempt before it is made (committed at once), leasing the row until
+    ``lease_until`` so a crash mid-request is retried only after the lease."""
+    con.execute(
+        "UPDATE alert_outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? "
+        "WHERE event_id = ? AND channel = ? AND state = 'pending'",
+        [lease_until, f"in flight since {now.isoformat()}", row.event_id, row.channel],
+    )
+
+
+def mark_sent(con, row: OutboxRow, now: dt.datetime) -> None:
+    con.execute("UPDATE alert_outbox SET state = 'sent', sent_at = ?, last_error = NULL WHERE event_id = ? AND channel = ?",
+                [now, row.event_id, row.channel])
+
+
+def mark_retry(con, row: OutboxRow, next_attempt_at: dt.datetime, error: str | None) -> None:
+    con.execute("UPDATE alert_outbox SET next_attempt_at = ?, last_error = ? WHERE event_id = ? AND channel = ?",
+                [next_attempt_at, (error or "")[:1000], row.event_id, row.channel])
+
+
+def mark_failed(con, row: OutboxRow, error: str | None) -> None:
+    con.execute("UPDATE alert_outbox SET state = 'failed', last_error = ? WHERE event_id = ? AND channel = ?",
+                [(error or "")[:1000], row.event_id, row.channel])

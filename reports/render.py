@@ -1,0 +1,353 @@
+"""The daily report and the regression detail page: warehouse + regressions -> HTML and text.
+
+``build_report`` gathers every section (reports.data), draws the charts (reports.charts) and
+renders the jinja2 templates in ``reports/templates`` with autoescape on, so kernel, job and host
+names (untrusted: they come from user programs) are escaped in HTML; the plain-text version passes
+every value through ``reports.escape.plain``. Charts are PNG: ``data:`` URIs in the HTML file, or
+``cid:`` references plus the image bytes for a multipart e-mail (reports.email).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import jinja2
+
+from analytics.results import SEVERITIES, Finding, Regression
+from reports import charts, data
+from reports.escape import header, plain, truncate_middle
+
+TEMPLATES = Path(__file__).parent / "templates"
+#: at most this many per-regression charts in one report (the rest are listed without a chart)
+MAX_CHARTS = 20
+#: hours of history before the onset that a regression chart shows
+CHART_HISTORY_H = 36
+
+STATUS_ORDER = ("new", "ongoing", "resolved")
+
+
+class ReportError(ValueError):
+    """The report cannot be made (no data, bad date); the message says why."""
+
+
+@dataclass
+class RenderedReport:
+    """One rendered report: HTML, plain text, the chart images by content id, and detail pages."""
+
+    day: dt.date
+    html: str
+    text: str
+    subject: str
+    images: dict[str, bytes] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)  # event_id -> detail page HTML
+
+
+@dataclass
+class ReportItem:
+    """A regression as the report shows it (status relative to the report day, chart, series)."""
+
+    r: Regression
+    status: str
+    chart: str | None = None  # image name
+    points: int = 0
+    band: tuple[float, float] | None = None
+    unit: str = ""
+    scale: float = 1.0
+    href: str | None = None
+
+    @property
+    def title(self) -> str:
+        what = self.r.kernel or self.r.gpu_uuid or self.r.series
+        return f"{truncate_middle(what, 90)}"
+
+    @property
+    def causes(self) -> list[Finding]:
+        return sorted(self.r.causes, key=lambda f: -f.confidence)
+
+
+# --- jinja2 -------------------------------------------------------------------------------------
+
+def _fmt_num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        if value == 0:
+            return "0"
+        mag = abs(value)
+        if mag >= 1e6:
+            return f"{value:,.0f}"
+        if mag >= 100:
+            return f"{value:,.1f}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _fmt_pct(value: Any, digits: int = 1, signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:+.{digits}f}%" if signed else f"{value:.{digits}f}%"
+
+
+def _fmt_share(value: Any) -> str:
+    return "–" if value is None else f"{100 * float(value):.1f}%"
+
+
+def _fmt_p(value: Any) -> str:
+    if value is None:
+        return "–"
+    v = float(value)
+    return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
+
+
+def _fmt_ts(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "–" if value is None else str(value)
+
+
+def _fmt_evidence(value: Any) -> str:
+    if isinstance(value, float):
+        return _fmt_num(value, 4)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt_evidence(v) for v in value[:12]) + (f" … (+{len(value) - 12})" if len(value) > 12 else "")
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}={_fmt_evidence(v)}" for k, v in list(value.items())[:12])
+    if isinstance(value, dt.datetime):
+        return _fmt_ts(value)
+    return str(value)
+
+
+def _rule_title(rule: str) -> str:
+    return rule.replace("_", " ")
+
+
+def _env(text: bool = False) -> jinja2.Environment:
+    if text:
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False, finalize=plain,
+            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+        )
+    else:
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"], default_for_string=True),
+            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+        )
+    env.filters.update(num=_fmt_num, pct=_fmt_pct, share=_fmt_share, pval=_fmt_p, ts=_fmt_ts, evidence=_fmt_evidence,
+                       rule=_rule_title, shorten=truncate_middle)
+    env.globals.update(SEVERITIES=SEVERITIES[::-1], STATUS_ORDER=STATUS_ORDER)
+    return env
+
+
+# --- regressions --------------------------------------------------------------------------------
+
+def load_report_regressions(con, end: dt.datetime) -> list[Regression]:
+    """Regressions known up to ``end`` from the detector's table (``analytics.detect.load_regressions``);
+    an empty list while the warehouse has no regressions table yet."""
+    try:
+        from analytics.detect import load_regressions
+    except ImportError:
+        return []
+    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'regressions'").fetchone()[0]
+    return list(load_regressions(con, until=end)) if has else []
+
+
+def classify(regressions: Iterable[Regression], start: dt.datetime, end: dt.datetime) -> list[tuple[str, Regression]]:
+    """Status of each regression relative to the report day: ``new`` (onset in the day),
+    ``ongoing`` (earlier onset, still open), ``resolved`` (resolved or went away). Regressions
+    with an onset after the day are left out. Sorted by status, severity (worst first), magnitude."""
+    out = []
+    for r in regressions:
+        onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
+        if onset >= end:
+            continue
+        if r.status in ("resolved", "went_away"):
+            status = "resolved"
+        elif onset >= start:
+            status = "new"
+        else:
+            status = "ongoing"
+        out.append((status, r))
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    out.sort(key=lambda sr: (STATUS_ORDER.index(sr[0]), -rank.get(sr[1].severity, -1), -abs(sr[1].magnitude_pct), sr[1].event_id))
+    return out
+
+
+def _band(points: list[tuple[dt.datetime, float]], onset: dt.datetime) -> tuple[float, float] | None:
+    """Baseline band: median ± 3 robust σ (1.4826·MAD) of the 24 h before the change point
+    (Rousseeuw & Croux 1993, doi:10.1080/01621459.1993.10476408)."""
+    pre = [v for t, v in points if onset - dt.timedelta(hours=24) <= t < onset]
+    if len(pre) < 3:
+        return None
+    med = statistics.median(pre)
+    mad = statistics.median(abs(v - med) for v in pre) * 1.4826
+    return med - 3 * mad, med + 3 * mad
+
+
+# --- building -----------------------------------------------------------------------------------
+
+def build_report(
+    con,
+    day: dt.date,
+    *,
+    regressions: list[Regression] | None = None,
+    image_mode: str = "data",
+    detail_href: Callable[[Regression], str | None] | None = None,
+    report_url: str | None = None,
+    report_href: str | None = None,
+    max_charts: int = MAX_CHARTS,
+) -> RenderedReport:
+    """Render the daily report for UTC ``day``.
+
+    regressions: the events to show (default: ``load_report_regressions``); image_mode: ``data``
+    (self-contained HTML file) or ``cid`` (for a multipart e-mail; the bytes are in ``images``);
+    detail_href: link of each regression's detail page (None: no link); report_url: where the
+    archived report lives (shown in the plain-text version).
+    """
+    if image_mode not in ("data", "cid"):
+        raise ValueError(f"image_mode must be 'data' or 'cid', not {image_mode!r}")
+    start, end = data.day_window(day)
+    first, last = data.data_extent(con)
+    if regressions is None:
+        regressions = load_report_regressions(con, end)
+    images: dict[str, bytes] = {}
+
+    def img(name: str) -> str:
+        if image_mode == "cid":
+            return f"cid:{name}@cudawatch"
+        return "data:image/png;base64," + base64.b64encode(images[name]).decode()
+
+    summary = data.fleet_summary(con, start, end)
+    kernels = data.top_kernels(con, start, end, 10)
+    images["top-kernels"] = charts.top_kernels_chart(kernels)
+    grid = data.utilisation_grid(con, start, end)
+    images["utilisation"] = charts.utilisation_heatmap(grid.gpus, grid.hours, grid.values)
+
+    items = []
+    chart_end = min(end, last + dt.timedelta(hours=1)) if last else end
+    for n, (status, r) in enumerate(classify(regressions, start, end)):
+        unit, scale = charts.unit_of(r.series)
+        item = ReportItem(r=r, status=status, unit=unit, scale=scale, href=detail_href(r) if detail_href else None)
+        if n < max_charts:
+            onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
+            points = data.regression_series(con, r, onset - dt.timedelta(hours=CHART_HISTORY_H), chart_end)
+            item.points = len(points)
+            item.band = _band(points, onset)
+            name = f"regression-{r.event_id}"
+            images[name] = charts.regression_chart(points, onset, r.before, r.after, r.series, band=item.band)
+            item.chart = name
+        items.append(item)
+
+    counts = {sev: {st: 0 for st in STATUS_ORDER} for sev in SEVERITIES}
+    for item in items:
+        counts.setdefault(item.r.severity, {st: 0 for st in STATUS_ORDER})[item.status] += 1
+    totals = {st: sum(c[st] for c in counts.values()) for st in STATUS_ORDER}
+    gaps = data.data_gaps(con, start, end, last)
+    ctx = dict(
+        day=day, start=start, end=end, first=first, last=last, generated=dt.datetime.now(dt.timezone.utc),
+        summary=summary, kernels=kernels, jobs=data.job_table(con, start, end), items=items, counts=counts,
+        totals=totals, gpus=data.gpu_health(con, start, end), collector=data.collector_health(con, start, end),
+        gaps=gaps, img=img, report_url=report_url, grid=grid,
+    )
+    worst = next((s for s in SEVERITIES[::-1] if any(counts[s][st] for st in ("new", "ongoing"))), None)
+    subject = header(
+        f"cudawatch {day:%Y-%m-%d}: {totals['new']} new, {totals['ongoing']} ongoing regressions"
+        + (f" (worst: {worst})" if worst else "")
+    )
+    html = _env().get_template("report.html").render(subject=subject, **ctx)
+    text = _env(text=True).get_template("report.txt").render(subject=subject, **ctx)
+    details = {}
+    if detail_href is not None:
+        for item in items:
+            details[item.r.event_id] = render_detail(con, item, day, report_href=report_href)
+    return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details)
+
+
+def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | None = None) -> str:
+    """The detail page of one regression: full names, the series chart over the whole data range,
+    segment statistics, every cause with all its evidence, and SQL to look at the series."""
+    r = item.r
+    first, last = data.data_extent(con)
+    onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
+    start = max(first, onset - dt.timedelta(days=7)) if first else onset - dt.timedelta(days=7)
+    end = (last + dt.timedelta(hours=1)) if last else onset + dt.timedelta(days=1)
+    points = data.regression_series(con, r, start, end)
+    png = charts.regression_chart(points, onset, r.before, r.after, r.series, band=_band(points, onset), width_in=9.5)
+    chart = "data:image/png;base64," + base64.b64encode(png).decode()
+    return _env().get_template("detail.html").render(
+        item=item, r=r, day=day, chart=chart, points=points, report_href=report_href,
+        generated=dt.datetime.now(dt.timezone.utc), subject=f"cudawatch regression {r.event_id}",
+    )
+
+
+def _parse_day(value: str | dt.date | None, con) -> dt.date:
+    if isinstance(value, dt.date):
+        return value
+    if value is None:
+        day = data.last_day(con)
+        if day is None:
+            raise ReportError("the warehouse has no kernel or device data yet (run `cudawatch ingest` first)")
+        return day
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError as exc:
+        raise ReportError(f"--date {value!r} is not a date like 2026-11-02") from exc
+
+
+def render_report(con, day: dt.date, *, regressions: list[Regression] | None = None) -> str:
+    """The self-contained HTML report for ``day`` (charts as ``data:`` URIs)."""
+    return build_report(con, day, regressions=regressions).html
+
+
+def render_report_text(con, day: dt.date, *, regressions: list[Regression] | None = None) -> str:
+    """The plain-text version of the report (the ``text/plain`` part of the e-mail)."""
+    return build_report(con, day, regressions=regressions).text
+
+
+def write_report(db, out, date: str | dt.date | None = None, *, regressions: list[Regression] | None = None) -> Path:
+    """Write the HTML report for ``date`` (default: the last UTC day with data) to ``out``, and one
+    detail page per regression beside it (``<out stem>-<event_id>.html``). Returns ``out``.
+
+    For the last day of the data, regressions that began on earlier days and are still open are
+    included as ``ongoing``, so a 48 h demo's report shows everything still wrong."""
+    from analytics import warehouse
+
+    out = Path(out)
+    if not Path(db).exists():
+        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
+    # writable: analytics.detect.load_regressions creates its tables when missing
+    con = warehouse.connect(db)
+    try:
+        day = _parse_day(date, con)
+        rendered = build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",
+                                report_href=out.name)
+    finally:
+        con.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for event_id, page in rendered.details.items():
+        _write_atomic(out.parent / f"{out.stem}-{event_id}.html", page)
+    _write_atomic(out, rendered.html)
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+__all__ = [
+    "RenderedReport", "ReportError", "build_report", "classify", "render_detail", "render_report",
+    "render_report_text", "write_report",
+]

@@ -1,0 +1,98 @@
+"""Slack incoming-webhook messages in Block Kit: one message per regression event, or one grouped
+message when many arrive at once.
+
+Only the payload is built here (``build_blocks``); sending is reports.alerts (urllib, with
+retries and the outbox) or, in a DAG, the Airflow Slack provider's webhook hook with the same
+dict. Every untrusted string (job, kernel, GPU, evidence) goes through ``reports.escape.slack``,
+so ``<!channel>``, ``<!here>`` and ``<@U123>`` cannot form; header blocks carry no untrusted text.
+Limits respected (api.slack.com/reference/block-kit): header ≤ 150 chars, section text ≤ 3000,
+≤ 10 fields of ≤ 2000, ≤ 50 blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from analytics.results import Regression
+from reports.escape import slack, slack_code
+
+SEVERITY_ICON = {"critical": ":red_circle:", "high": ":large_orange_circle:", "medium": ":large_yellow_circle:", "low": ":white_circle:"}
+#: at most this many events listed in a grouped message (the rest are counted)
+GROUP_LIST_MAX = 15
+
+
+def _subject(r: Regression) -> str:
+    if r.kernel:
+        return slack_code(r.kernel, 150)
+    if r.gpu_uuid:
+        return "GPU " + slack_code(r.gpu_uuid, 80)
+    return slack_code(r.series, 80)
+
+
+def _cause_line(r: Regression) -> str:
+    top = r.top_cause
+    if top is None:
+        return "no root-cause rule matched"
+    line = f"*{slack(top.rule.replace('_', ' '), 80)}* ({round(100 * top.confidence)}%)"
+    if top.recommendation:
+        line += " — " + slack(top.recommendation, 400)
+    return line
+
+
+def _link_block(report_url: str | None) -> list[dict[str, Any]]:
+    if not report_url:
+        return []
+    return [{"type": "actions", "elements": [
+        {"type": "button", "text": {"type": "plain_text", "text": "Open report"}, "url": report_url[:3000], "action_id": "open_report"}]}]
+
+
+def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
+    title = f"{r.severity.upper()} regression: {r.series} {r.magnitude_pct:+.1f}%"
+    fields = [
+        f"*Severity*\n{SEVERITY_ICON.get(r.severity, '')} {slack(r.severity)}",
+        f"*Job*\n{slack(r.job, 200)}",
+        f"*Magnitude*\n{r.magnitude_pct:+.1f}% ({r.before:.4g} → {r.after:.4g}), p={r.p_value:.1e}",
+        f"*Onset*\n{r.onset:%Y-%m-%d %H:%M} UTC",
+    ]
+    if r.share_gpu_time:
+        fields.append(f"*Share of job GPU time*\n{100 * r.share_gpu_time:.1f}%")
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": slack(title, 150), "emoji": True}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*Kernel*: {_subject(r)}"}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(r)}"[:3000]}},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"event `{r.event_id}` · cudawatch"}]},
+    ]
+    text = f"{r.severity.upper()} regression in job {slack(r.job, 100)}: {r.series} {r.magnitude_pct:+.1f}% since {r.onset:%Y-%m-%d %H:00} UTC"
+    return {"text": text, "blocks": blocks + _link_block(report_url)}
+
+
+def _group(regressions: Sequence[Regression], report_url: str | None) -> dict[str, Any]:
+    n = len(regressions)
+    worst = regressions[0].severity
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": f"{n} new regressions (worst: {worst})", "emoji": True}},
+    ]
+    for r in regressions[:GROUP_LIST_MAX]:
+        line = (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.series} *{r.magnitude_pct:+.1f}%* · job {slack(r.job, 80)}"
+                f" · {_subject(r)} · since {r.onset:%m-%d %H:00} UTC\n{_cause_line(r)}")
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": line[:3000]}})
+    if n > GROUP_LIST_MAX:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"…and {n - GROUP_LIST_MAX} more in the report"}]})
+    text = f"{n} new cudawatch regressions (worst: {worst})"
+    return {"text": text, "blocks": blocks + _link_block(report_url)}
+
+
+def build_blocks(regressions: Sequence[Regression], report_url: str | None = None) -> dict[str, Any]:
+    """The incoming-webhook JSON body for one event (``[r]``) or a group of events.
+
+    regressions: the events of one message, any order (a group is sorted worst first);
+    report_url: link for the "Open report" button (omitted when None).
+    """
+    if not regressions:
+        raise ValueError("build_blocks needs at least one regression")
+    if len(regressions) == 1:
+        return _single(regressions[0], report_url)
+    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+    ordered = sorted(regressions, key=lambda r: (rank.get(r.severity, 9), -abs(r.magnitude_pct), r.event_id))
+    return _group(ordered, report_url)
