@@ -205,7 +205,7 @@ def _utc(ts: dt.datetime) -> dt.datetime:
 
 # --- warehouse queries (all parameterised; timestamps are UTC) -------------------------------
 
-_DUTY = "coalesce(nullif(sampling_duty, 0), 1)"
+_DUTY = "coalesce(nullif(sampling_duty, 0), 1)::DOUBLE"  # float32 arithmetic would lose digits
 _DEVICE_SERIES = ("sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_bytes_s",
                   "pcie_rx_bytes_s", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
 
@@ -227,11 +227,12 @@ def _series(con, r: Regression, job: str, start: dt.datetime, end: dt.datetime) 
     """The regression's own series, hourly, for the series names analytics.detect emits."""
     name = r.series
     if name.startswith("kernel_") and r.kernel_id:
-        value = "sum(launches)" if "launches" in name else "sum(total_ns) / nullif(sum(launches), 0)"
-        sig = " AND signature = ?" if r.signature else ""
+        value = {"kernel_launches": "sum(launches)", "kernel_busy_s": "sum(total_ns) / 1e9"}.get(
+            name, "sum(total_ns) / nullif(sum(launches), 0)")
+        sig = " AND signature = ?" if r.signature and name == "kernel_mean_ns" else ""
         sql = (f"SELECT hour, {value} FROM kernel_hourly WHERE job = ? AND kernel_id = ?{sig} "
                f"AND hour >= ? AND hour < ? GROUP BY hour ORDER BY hour")
-        params = [job, r.kernel_id] + ([r.signature] if r.signature else []) + [start, end]
+        params = [job, r.kernel_id] + ([r.signature] if sig else []) + [start, end]
     elif name.startswith("job_"):
         col = "launches" if "launches" in name else "gpu_busy_s"
         sql = f"SELECT hour, {col} FROM job_hourly WHERE job = ? AND hour >= ? AND hour < ? ORDER BY hour"

@@ -47,7 +47,7 @@ def clock_throttle(ctx: RegressionContext) -> Finding | None:
     if best is None:
         return None
     drop, g, b, a = best
-    base = 0.85 if ctx.scope == "gpu" else 0.8
+    base = 0.9 if ctx.scope == "gpu" else 0.8
     return finding("clock_throttle", base + 0.1 * strength(drop, MIN_CLOCK_DROP, 0.3), {
         "gpu_uuid": g, "host": a.host, "sm_clock_mhz_before": b.sm_clock_mhz, "sm_clock_mhz_after": a.sm_clock_mhz,
         "clock_change_pct": -100 * drop, "throttled_share_before": b.throttle_frac, "throttled_share_after": a.throttle_frac,

@@ -170,7 +170,8 @@ def more_launches(ctx: RegressionContext) -> Finding | None:
     if best is None:
         return None
     impact, rel, kid, name, rb, ra = best
-    kernel_conf = 0.8 if "launch" in ctx.regression.series else 0.4
+    # more launches explain more GPU time or launches, not a slower launch (kernel_mean_ns)
+    kernel_conf = 0.4 if ctx.regression.series == "kernel_mean_ns" else 0.8
     conf = _scale(ctx, kernel_conf, 0.4, impact)
     return finding("more_launches", conf, {
         "kernel": name, "kernel_id": kid, "launches_per_hour_before": rb, "launches_per_hour_after": ra,
