@@ -133,8 +133,7 @@ def utilisation_heatmap(gpus: list[str], hours: list[dt.datetime], values: list[
         fig, ax = plt.subplots(figsize=(width_in, 0.2 * max(len(gpus), 4) + 1.1))
         if gpus and hours:
             data = np.ma.masked_invalid(np.array(values, dtype=float))
-            cmap = matplotlib.colormaps["viridis"].copy()
-            cmap.set_bad("white")
+            cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
             im = ax.imshow(data, aspect="auto", cmap=cmap, vmin=0, vmax=100, interpolation="nearest")
             step = max(1, math.ceil(len(hours) / 12))
             ax.set_xticks(range(0, len(hours), step), [f"{h:%H:00}" if h.hour or step > 1 else f"{h:%m-%d}" for h in hours[::step]],

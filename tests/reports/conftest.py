@@ -12,3 +12,14 @@ def fleet_db(tmp_path_factory):
 @pytest.fixture
 def fleet_regressions():
     return fleet.regressions()
+
+
+@pytest.fixture
+def receiver():
+    """A real threaded HTTP server on 127.0.0.1 (see receiver.py)."""
+    from tests.reports import receiver as rmod
+
+    rec = rmod.start()
+    yield rec
+    rec.server.shutdown()
+    rec.server.server_close()

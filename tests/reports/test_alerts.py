@@ -1,0 +1,204 @@
+"""Alert delivery against a real HTTP server on loopback and a real DuckDB outbox."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cudawatch.config import AlertConfig
+from reports import outbox
+from reports.alerts import send_new_alerts
+from reports.http import RetryPolicy
+from tests.reports import fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = dt.datetime(2026, 11, 2, 6, 0, tzinfo=dt.timezone.utc)
+FAST = RetryPolicy(tries_per_run=3, base_s=0.01, max_s=0.05, max_wait_in_run_s=2.0, timeout_s=2.0)
+
+
+class Clock:
+    def __init__(self, t=T0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = duckdb.connect(str(tmp_path / "w.duckdb"))
+    yield c
+    c.close()
+
+
+def _config(rec, slack=True, hook=True):
+    return AlertConfig(slack_webhook_url=rec.url + "/slack" if slack else None,
+                       webhook_url=rec.url + "/webhook" if hook else None, report_url="https://reports.example/2026-11-02")
+
+
+def test_each_new_event_goes_out_once_per_channel(con, receiver, fleet_regressions):
+    sleeps = []
+    res = send_new_alerts(con, _config(receiver), regressions=fleet_regressions, policy=FAST, now=Clock(), sleep=sleeps.append)
+    assert (res.queued, res.sent, res.pending, res.failed) == (6, 6, 0, 0)
+    assert len(receiver.on("/slack")) == 3 and len(receiver.on("/webhook")) == 3
+    keys = sorted(r.headers["idempotency-key"] for r in receiver.on("/webhook"))
+    assert keys == sorted(r.event_id for r in fleet_regressions)
+    body = receiver.on("/webhook")[0].json
+    assert body["schema"] == "cudawatch.alert.v1" and body["idempotency_key"] == receiver.on("/webhook")[0].headers["idempotency-key"]
+    assert body["report_url"] == "https://reports.example/2026-11-02"
+    # a second run (next hour) finds nothing new and sends nothing
+    again = send_new_alerts(con, _config(receiver), regressions=fleet_regressions, policy=FAST, now=Clock(T0 + dt.timedelta(hours=1)))
+    assert (again.queued, again.sent) == (0, 0)
+    assert len(receiver.requests) == 6
+    assert {r.state for r in outbox.rows(con)} == {"sent"} and sleeps == []
+
+
+def test_many_events_at_once_are_grouped_in_slack(con, receiver, fleet_regressions):
+    more = fleet_regressions + [dataclasses.replace(fleet_regressions[0], onset=fleet_regressions[0].onset + dt.timedelta(hours=h)) for h in (1, 2)]
+    res = send_new_alerts(con, _config(receiver, hook=False), regressions=more, policy=FAST, now=Clock())
+    assert res.sent == 1
+    [msg] = receiver.on("/slack")
+    payload = msg.json
+    assert payload["blocks"][0]["text"]["text"].startswith("5 new regressions (worst: critical)")
+    assert sum(1 for b in payload["blocks"] if b["type"] == "section") == 5
+    [row] = outbox.rows(con)
+    assert row.event_id.startswith("group-") and sorted(row.event_ids) == sorted(r.event_id for r in more)
+
+
+def test_retry_on_500_then_delivered(con, receiver, fleet_regressions):
+    receiver.respond("/webhook", (500, {}, 0), (502, {}, 0))
+    sleeps = []
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions[:1], policy=FAST, now=Clock(), sleep=sleeps.append)
+    assert res.sent == 1
+    assert [r.headers["idempotency-key"] for r in receiver.on("/webhook")] == [fleet_regressions[0].event_id] * 3
+    assert len(sleeps) == 2 and all(0 < s <= FAST.max_s for s in sleeps)
+    [row] = outbox.rows(con)
+    assert row.state == "sent" and row.attempts == 3 and row.last_error is None
+
+
+def test_429_retry_after_is_honoured(con, receiver, fleet_regressions):
+    receiver.respond("/slack", (429, {"Retry-After": "1"}, 0))
+    sleeps = []
+    res = send_new_alerts(con, _config(receiver, hook=False), regressions=fleet_regressions[:1], policy=FAST, now=Clock(), sleep=sleeps.append)
+    assert res.sent == 1 and sleeps == [1.0] and len(receiver.on("/slack")) == 2
+
+
+def test_long_retry_after_defers_to_a_later_run(con, receiver, fleet_regressions):
+    receiver.respond("/slack", (429, {"Retry-After": "120"}, 0))
+    clock, sleeps = Clock(), []
+    res = send_new_alerts(con, _config(receiver, hook=False), regressions=fleet_regressions[:1], policy=FAST, now=clock, sleep=sleeps.append)
+    assert (res.sent, res.pending) == (0, 1) and sleeps == []
+    [row] = outbox.rows(con)
+    assert row.state == "pending" and row.next_attempt_at >= T0 + dt.timedelta(seconds=120) and "429" in row.last_error
+    clock.t = T0 + dt.timedelta(seconds=60)  # too early: not due, nothing sent
+    assert send_new_alerts(con, _config(receiver, hook=False), regressions=fleet_regressions[:1], policy=FAST, now=clock).sent == 0
+    assert len(receiver.on("/slack")) == 1
+    clock.t = T0 + dt.timedelta(minutes=30)
+    assert send_new_alerts(con, _config(receiver, hook=False), regressions=fleet_regressions[:1], policy=FAST, now=clock).sent == 1
+
+
+def test_endpoint_down_for_an_hour_loses_nothing(con, receiver, fleet_regressions):
+    receiver.respond("/webhook", *[(503, {}, 0)] * 9)  # three runs' worth of failures
+    clock = Clock()
+    for minutes in (0, 20, 40):
+        clock.t = T0 + dt.timedelta(minutes=minutes)
+        res = send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions[:1], policy=FAST, now=clock, sleep=lambda s: None)
+        assert res.sent == 0 and res.pending == 1 and res.failed == 0
+    clock.t = T0 + dt.timedelta(minutes=65)
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions[:1], policy=FAST, now=clock, sleep=lambda s: None)
+    assert res.sent == 1
+    assert len(receiver.unique) == 1 and len(receiver.on("/webhook")) == 10
+    [row] = outbox.rows(con)
+    assert row.state == "sent" and row.attempts == 10
+
+
+def test_timeout_is_retried(con, receiver, fleet_regressions):
+    receiver.respond("/webhook", (200, {}, 1.5))  # slower than the client's timeout
+    policy = dataclasses.replace(FAST, timeout_s=0.3)
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions[:1], policy=policy, now=Clock(), sleep=lambda s: None)
+    assert res.sent == 1 and len(receiver.on("/webhook")) == 2
+    assert len(receiver.unique) == 1  # the receiver saw the key twice and kept one
+
+
+def test_permanent_error_marks_failed_and_old_pending_gives_up(con, receiver, fleet_regressions):
+    receiver.respond("/slack", (404, {}, 0))
+    res = send_new_alerts(con, _config(receiver, hook=False), regressions=fleet_regressions[:1], policy=FAST, now=Clock())
+    assert res.failed == 1 and len(receiver.on("/slack")) == 1
+    assert outbox.rows(con)[0].state == "failed" and "404" in outbox.rows(con)[0].last_error
+    receiver.respond("/webhook", *[(503, {}, 0)] * 3)
+    send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions[:1], policy=FAST, now=Clock(), sleep=lambda s: None)
+    late = Clock(T0 + FAST.give_up_after + dt.timedelta(hours=1))
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions[:1], policy=FAST, now=late)
+    assert res.failed == 1 and outbox.rows(con, "pending") == []
+
+
+CRASH_SCRIPT = textwrap.dedent("""
+    import datetime as dt, os, sys
+    import duckdb
+    from cudawatch.config import AlertConfig
+    from reports.alerts import send_new_alerts
+    from reports.http import RetryPolicy, UrllibClient
+    from tests.reports import fleet
+
+    class DiesAfterDelivery(UrllibClient):
+        # the endpoint has accepted the alert; the process dies before the outbox records it
+        def post(self, url, body, headers, timeout):
+            resp = super().post(url, body, headers, timeout)
+            if resp.status == 200:
+                os._exit(17)
+            return resp
+
+    con = duckdb.connect(sys.argv[1])
+    cfg = AlertConfig(webhook_url=sys.argv[2] + "/webhook")
+    send_new_alerts(con, cfg, regressions=fleet.regressions()[:2], http=DiesAfterDelivery(),
+                    policy=RetryPolicy(tries_per_run=1), now=lambda: dt.datetime(2026, 11, 2, 6, tzinfo=dt.timezone.utc))
+    print("not reached")
+""")
+
+
+def test_crash_between_send_and_record_is_deduplicated_by_idempotency_key(tmp_path, receiver):
+    db = tmp_path / "crash.duckdb"
+    proc = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(db), receiver.url], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 17, proc.stderr
+    assert len(receiver.on("/webhook")) == 1  # delivered, then the process died
+    con = duckdb.connect(str(db))
+    try:
+        rows = {r.event_id: r for r in outbox.rows(con)}
+        assert len(rows) == 2 and all(r.state == "pending" for r in rows.values())  # queued before sending: nothing lost
+        first = receiver.on("/webhook")[0].headers["idempotency-key"]
+        assert rows[first].attempts == 1 and rows[first].last_error.startswith("in flight")
+        # the next run (after the in-flight lease) sends both; the crashed one is sent again with the same key
+        res = send_new_alerts(con, AlertConfig(webhook_url=receiver.url + "/webhook"), regressions=fleet.regressions()[:2],
+                              policy=FAST, now=Clock(T0 + dt.timedelta(minutes=10)))
+        assert (res.queued, res.sent) == (0, 2)
+        keys = [r.headers["idempotency-key"] for r in receiver.on("/webhook")]
+        assert sorted(keys) == sorted([first, first, *(k for k in rows if k != first)])
+        bodies = [r.body for r in receiver.on("/webhook") if r.headers["idempotency-key"] == first]
+        assert bodies[0] == bodies[1]  # same bytes on retry
+        assert sorted(receiver.unique) == sorted(rows)  # the receiver applied each event exactly once
+        assert {r.state for r in outbox.rows(con)} == {"sent"}
+    finally:
+        con.close()
+
+
+def test_hostile_kernel_name_cannot_mention_or_inject_in_slack(con, receiver, fleet_regressions):
+    evil = [r for r in fleet_regressions if r.kernel == fleet.EVIL]
+    send_new_alerts(con, _config(receiver), regressions=evil, policy=FAST, now=Clock())
+    [msg] = receiver.on("/slack")
+    raw = msg.body.decode()
+    texts = json.dumps(msg.json)
+    for bad in ("<!channel>", "<script>", "<@", "<!here>"):
+        assert bad not in raw and bad not in texts
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &lt;!channel&gt;" in texts
+    # the webhook carries the raw name as JSON data (receivers must escape when rendering)
+    assert receiver.on("/webhook")[0].json["regression"]["kernel"] == fleet.EVIL

@@ -1,0 +1,104 @@
+"""The daily report e-mail through a real SMTP server on loopback (aiosmtpd)."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import re
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from analytics import warehouse
+from cudawatch.cli import app
+from cudawatch.config import SmtpConfig
+from reports import render
+from reports.email import build_report_message, send_report_email
+from tests.reports import fleet
+
+aiosmtpd_controller = pytest.importorskip("aiosmtpd.controller")
+
+
+class Inbox:
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd hook name)
+        self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), envelope.original_content or envelope.content))
+        return "250 Message accepted for delivery"
+
+
+@pytest.fixture
+def smtp_server():
+    inbox = Inbox()
+    with socket.socket() as s:  # a free loopback port (the controller's self-check cannot use port 0)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctl = aiosmtpd_controller.Controller(inbox, hostname="127.0.0.1", port=port)
+    ctl.start()
+    try:
+        yield inbox, "127.0.0.1", port
+    finally:
+        ctl.stop()
+
+
+def _parts(raw: bytes):
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    return msg, {p.get_content_type(): p for p in msg.walk() if not p.is_multipart()}, [p for p in msg.walk() if p.get_content_type() == "image/png"]
+
+
+def test_report_email_is_multipart_with_inline_images(fleet_db, smtp_server, fleet_regressions):
+    inbox, host, port = smtp_server
+    con = warehouse.connect(fleet_db)
+    try:
+        rep = render.build_report(con, fleet.START.date(), regressions=fleet_regressions, image_mode="cid")
+    finally:
+        con.close()
+    smtp = SmtpConfig(host=host, port=port, sender="cudawatch@example.org")
+    send_report_email(rep.html, rep.text, rep.images, smtp, ["gpu-team@example.org"], rep.subject)
+    [(sender, rcpts, raw)] = inbox.messages
+    assert sender == "cudawatch@example.org" and rcpts == ["gpu-team@example.org"]
+    msg, parts, images = _parts(raw)
+    assert msg.get_content_type() == "multipart/alternative"
+    related = msg.get_payload()[1]
+    assert related.get_content_type() == "multipart/related"
+    html, text = parts["text/html"].get_content(), parts["text/plain"].get_content()
+    cids = {img["Content-ID"].strip("<>") for img in images}
+    referenced = set(re.findall(r'src="cid:([^"]+)"', html))
+    assert referenced and referenced == cids  # every image the HTML uses travels inline, and no more
+    assert len(cids) == 2 + len(fleet_regressions)  # top kernels, heatmap, one chart per regression
+    for img in images:
+        assert img.get_content().startswith(b"\x89PNG") and img.get_content_disposition() == "inline"
+    assert "data:image" not in html  # mail clients block data: URIs; cid only
+    assert "Regressions by severity" in html and "Data gaps" in html
+    # hostile kernel name: escaped in HTML, inert text in the plain part
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &lt;!channel&gt;" in html
+    assert "kernel:   " + fleet.EVIL in text
+    assert msg["Subject"].startswith("cudawatch 2026-11-01:") and "\n" not in msg["Subject"]
+
+
+def test_subject_and_text_cannot_inject_headers():
+    msg = build_report_message("<p>x</p>", "x", {}, sender="a@example.org", to=["b@example.org"],
+                               subject="report\r\nBcc: victim@example.org")
+    raw = msg.as_bytes()
+    assert b"\nBcc:" not in raw and msg["Bcc"] is None
+
+
+def test_cli_report_email_to(fleet_db, smtp_server, tmp_path, monkeypatch):
+    inbox, host, port = smtp_server
+    monkeypatch.setenv("CUDAWATCH_SMTP_HOST", host)
+    monkeypatch.setenv("CUDAWATCH_SMTP_PORT", str(port))
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", "--db", str(fleet_db), "--out", str(out), "--date", "2026-11-01", "--email-to", "ops@example.org"])
+    assert res.exit_code == 0, res.output
+    assert out.exists() and "emailed: ops@example.org" in res.output
+    [(_, rcpts, raw)] = inbox.messages
+    msg, parts, images = _parts(raw)
+    assert rcpts == ["ops@example.org"] and len(images) >= 2 and "text/plain" in parts
+
+
+def test_cli_email_without_smtp_host_is_a_clear_error(fleet_db, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDAWATCH_SMTP_HOST", raising=False)
+    res = CliRunner().invoke(app, ["report", "--db", str(fleet_db), "--out", str(tmp_path / "r.html"), "--email-to", "x@example.org"])
+    assert res.exit_code == 2 and "CUDAWATCH_SMTP_HOST" in res.output
