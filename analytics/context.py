@@ -194,8 +194,7 @@ def load_context(con, regression: Regression, hours: int = 24) -> RegressionCont
     gpus = _job_gpus(con, job, onset - span, onset + span)
     if regression.gpu_uuid and regression.gpu_uuid not in gpus:
         gpus.append(regression.gpu_uuid)
-    before = _load_window(con, regression, job, gpus, onset - span, onset)
-    after = _load_window(con, regression, job, gpus, onset, onset + span)
+    before, after = _load_windows(con, regression, job, gpus, onset - span, onset, onset + span)
     return RegressionContext(regression, before, after)
 
 
@@ -203,9 +202,12 @@ def _utc(ts: dt.datetime) -> dt.datetime:
     return ts.replace(tzinfo=dt.timezone.utc) if ts.tzinfo is None else ts.astimezone(dt.timezone.utc)
 
 
-# --- warehouse queries (all parameterised; timestamps are UTC) -------------------------------
+# --- warehouse queries (parameterised; each reads both windows at once, split by `side`) -----
 
 _DUTY = "coalesce(nullif(sampling_duty, 0), 1)::DOUBLE"  # float32 arithmetic would lose digits
+#: The launch signature text of analytics.warehouse's kernel_hourly view (same expression).
+_SIGNATURE = ("concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z), "
+              "'r' || registers_per_thread, 's' || shared_mem_bytes)")
 _DEVICE_SERIES = ("sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_bytes_s",
                   "pcie_rx_bytes_s", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
 
@@ -223,86 +225,137 @@ def _job_gpus(con, job: str, start: dt.datetime, end: dt.datetime) -> list[str]:
     return [r[0] for r in rows]
 
 
-def _series(con, r: Regression, job: str, start: dt.datetime, end: dt.datetime) -> tuple[float, ...]:
+def _sides(rows, n_key: int = 0) -> tuple[dict, dict]:
+    """Split rows whose first column is the side (False: before, True: after) into two dicts by key."""
+    out: tuple[dict, dict] = ({}, {})
+    for row in rows:
+        key = row[1 : 1 + n_key] if n_key > 1 else (row[1] if n_key == 1 else None)
+        out[1 if row[0] else 0][key] = row[1 + n_key :]
+    return out
+
+
+def _series(con, r: Regression, job: str, start, mid, end) -> tuple[dict, dict]:
     """The regression's own series, hourly, for the series names analytics.detect emits."""
     name = r.series
     if name.startswith("kernel_") and r.kernel_id:
-        value = {"kernel_launches": "sum(launches)", "kernel_busy_s": "sum(total_ns) / 1e9"}.get(
+        value = {"kernel_launches": f"sum(launches / {_DUTY})", "kernel_busy_s": f"sum(total_ns / {_DUTY}) / 1e9"}.get(
             name, "sum(total_ns) / nullif(sum(launches), 0)")
-        sig = " AND signature = ?" if r.signature and name == "kernel_mean_ns" else ""
-        sql = (f"SELECT hour, {value} FROM kernel_hourly WHERE job = ? AND kernel_id = ?{sig} "
-               f"AND hour >= ? AND hour < ? GROUP BY hour ORDER BY hour")
-        params = [job, r.kernel_id] + ([r.signature] if sig else []) + [start, end]
+        sig = f" AND {_SIGNATURE} = ?" if r.signature and name == "kernel_mean_ns" else ""
+        sql = (f"SELECT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, {value} FROM kernels "
+               f"WHERE job = ? AND kernel_id = ?{sig} AND window_start >= ? AND window_start < ? GROUP BY ALL ORDER BY hour")
+        params = [mid, job, r.kernel_id] + ([r.signature] if sig else []) + [start, end]
     elif name.startswith("job_"):
-        col = "launches" if "launches" in name else "gpu_busy_s"
-        sql = f"SELECT hour, {col} FROM job_hourly WHERE job = ? AND hour >= ? AND hour < ? ORDER BY hour"
-        params = [job, start, end]
+        value = f"sum(launches / {_DUTY})" if "launches" in name else f"sum(total_ns / {_DUTY}) / 1e9"
+        sql = (f"SELECT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, {value} FROM kernels "
+               f"WHERE job = ? AND window_start >= ? AND window_start < ? GROUP BY ALL ORDER BY hour")
+        params = [mid, job, start, end]
     elif name.startswith("gpu_") and name[4:] in _DEVICE_SERIES and r.gpu_uuid:
-        sql = f"SELECT hour, avg({name[4:]}) FROM device_hourly WHERE gpu_uuid = ? AND hour >= ? AND hour < ? GROUP BY hour ORDER BY hour"
-        params = [r.gpu_uuid, start, end]
+        sql = (f"SELECT ts >= ? AS side, date_trunc('hour', ts) AS hour, avg({name[4:]}) FROM device "
+               f"WHERE gpu_uuid = ? AND ts >= ? AND ts < ? GROUP BY ALL ORDER BY hour")
+        params = [mid, r.gpu_uuid, start, end]
     else:
-        return ()
-    return tuple(float(v) for _, v in con.execute(sql, params).fetchall() if v is not None)
+        return {}, {}
+    return _sides(con.execute(sql, params).fetchall(), 1)
 
 
-def _kernels(con, job: str, start: dt.datetime, end: dt.datetime) -> tuple[KernelStats, ...]:
+def _kernels(con, job: str, start, mid, end) -> tuple[dict, dict]:
+    """Per signature and side: the kernel_hourly view's numbers, computed from the job's rows only."""
     rows = con.execute(
-        "SELECT kernel_id, any_value(kernel), signature, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
-        "registers_per_thread, shared_mem_bytes,  sum(launches), sum(total_ns), list(mean_ns ORDER BY hour), list(launches ORDER BY hour), "
-        "list(CAST(epoch(hour) - epoch(?::TIMESTAMPTZ) AS BIGINT) // 3600 ORDER BY hour) "
-        "FROM kernel_hourly WHERE job = ? AND hour >= ? AND hour < ? GROUP BY ALL ORDER BY 1, 3",
-        [start, job, start, end]).fetchall()
-    return tuple(
-        KernelStats(kernel_id=r[0], kernel=r[1], signature=r[2], launches=float(r[11] or 0), total_ns=float(r[12] or 0),
-                    hourly_mean_ns=tuple(float(v) for v in r[13] if v is not None),
-                    hourly_launches=tuple(float(v or 0) for v in r[14]), config=tuple(r[3:11]),
-                    hour_index=tuple(int(v) for v in r[15]))
-        for r in rows)
+        f"""WITH h AS (
+              SELECT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, kernel_id, any_value(kernel) AS kernel,
+                     grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, shared_mem_bytes,
+                     sum(launches / {_DUTY}) AS launches, sum(total_ns / {_DUTY}) AS total_ns,
+                     sum(total_ns) / nullif(sum(launches), 0) AS mean_ns
+              FROM kernels WHERE job = ? AND window_start >= ? AND window_start < ? GROUP BY ALL)
+            SELECT side, kernel_id, {_SIGNATURE}, any_value(kernel), grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                   registers_per_thread, shared_mem_bytes, sum(launches), sum(total_ns), list(mean_ns ORDER BY hour),
+                   list(launches ORDER BY hour),
+                   list((epoch(hour) - epoch(CASE WHEN side THEN ?::TIMESTAMPTZ ELSE ?::TIMESTAMPTZ END))::BIGINT // 3600 ORDER BY hour)
+            FROM h GROUP BY ALL ORDER BY 2, 3""",
+        [mid, job, start, end, mid, start]).fetchall()
+    out: tuple[list, list] = ([], [])
+    for r in rows:
+        out[1 if r[0] else 0].append(KernelStats(
+            kernel_id=r[1], kernel=r[3], signature=r[2], launches=float(r[12] or 0), total_ns=float(r[13] or 0),
+            hourly_mean_ns=tuple(float(v) for v in r[14] if v is not None),
+            hourly_launches=tuple(float(v or 0) for v in r[15]), config=tuple(r[4:12]), hour_index=tuple(int(v) for v in r[16])))
+    return {"kernels": tuple(out[0])}, {"kernels": tuple(out[1])}
 
 
-def _memcpy(con, job: str, start: dt.datetime, end: dt.datetime) -> tuple[MemcpyStats, ...]:
+def _memcpy(con, job: str, start, mid, end) -> tuple[dict, dict]:
     rows = con.execute(
-        "SELECT copy_kind, src_kind, dst_kind, sum(count), sum(bytes), sum(total_ns), list(bytes_per_ns ORDER BY hour) "
-        "FROM memcpy_hourly WHERE job = ? AND hour >= ? AND hour < ? GROUP BY ALL ORDER BY 1, 2, 3",
-        [job, start, end]).fetchall()
-    return tuple(MemcpyStats(r[0], r[1], r[2], float(r[3] or 0), float(r[4] or 0), float(r[5] or 0),
-                             tuple(float(v) for v in r[6] if v is not None)) for r in rows)
+        f"""WITH h AS (
+              SELECT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, copy_kind, src_kind, dst_kind,
+                     sum(count / {_DUTY}) AS count, sum(bytes / {_DUTY}) AS bytes, sum(total_ns / {_DUTY}) AS total_ns,
+                     sum(bytes) / nullif(sum(total_ns), 0) AS bytes_per_ns
+              FROM memcpy WHERE job = ? AND window_start >= ? AND window_start < ? GROUP BY ALL)
+            SELECT side, copy_kind, src_kind, dst_kind, sum(count), sum(bytes), sum(total_ns), list(bytes_per_ns ORDER BY hour)
+            FROM h GROUP BY ALL ORDER BY 2, 3, 4""", [mid, job, start, end]).fetchall()
+    out: tuple[list, list] = ([], [])
+    for r in rows:
+        out[1 if r[0] else 0].append(MemcpyStats(r[1], r[2], r[3], float(r[4] or 0), float(r[5] or 0), float(r[6] or 0),
+                                                 tuple(float(v) for v in r[7] if v is not None)))
+    return {"memcpy": tuple(out[0])}, {"memcpy": tuple(out[1])}
 
 
-def _devices(con, gpus: list[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceStats]:
+def _devices(con, gpus: list[str], start, mid, end) -> tuple[dict, dict]:
     if not gpus:
-        return {}
+        return {"devices": {}}, {"devices": {}}
     rows = con.execute(
-        f"SELECT gpu_uuid, count(*), avg(sm_clock_mhz), avg(sm_util_pct), avg(dram_bw_util_pct), avg(tensor_util_pct), "
-        f"avg(sm_occupancy_pct), avg(greatest(pcie_tx_bytes_s, pcie_rx_bytes_s)), avg(power_w), avg(temp_c), "
-        f"avg(CASE WHEN coalesce(clocks_event_reasons, 0) & {THROTTLE_MASK} <> 0 THEN 1.0 ELSE 0.0 END), "
+        f"SELECT ts >= ? AS side, gpu_uuid, count(*), avg(sm_clock_mhz), avg(sm_util_pct), avg(dram_bw_util_pct), "
+        f"avg(tensor_util_pct), avg(sm_occupancy_pct), avg(greatest(pcie_tx_bytes_s, pcie_rx_bytes_s)), avg(power_w), "
+        f"avg(temp_c), avg(CASE WHEN coalesce(clocks_event_reasons, 0) & {THROTTLE_MASK} <> 0 THEN 1.0 ELSE 0.0 END), "
         f"bit_or(coalesce(clocks_event_reasons, 0) & {THROTTLE_MASK}), any_value(gpu_model), any_value(host) "
-        f"FROM device WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND ts >= ? AND ts < ? GROUP BY gpu_uuid",
-        [gpus, start, end]).fetchall()
-    return {r[0]: DeviceStats(r[0], int(r[1]), *(None if v is None else float(v) for v in r[2:10]),
-                              throttle_frac=float(r[10] or 0), reasons=int(r[11] or 0), gpu_model=r[12], host=r[13])
-            for r in rows}
+        f"FROM device WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND ts >= ? AND ts < ? GROUP BY ALL",
+        [mid, gpus, start, end]).fetchall()
+    out: tuple[dict, dict] = ({}, {})
+    for r in rows:
+        out[1 if r[0] else 0][r[1]] = DeviceStats(
+            r[1], int(r[2]), *(None if v is None else float(v) for v in r[3:11]), throttle_frac=float(r[11] or 0),
+            reasons=int(r[12] or 0), gpu_model=r[13], host=r[14])
+    return {"devices": out[0]}, {"devices": out[1]}
 
 
-def _load_window(con, r: Regression, job: str, gpus: list[str], start: dt.datetime, end: dt.datetime) -> Window:
+def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, dict]:
+    """Per side: per-GPU kernel totals, hours, busy and wall seconds, other jobs, health counters."""
+    params = [mid, job, start, end]
     where = "job = ? AND window_start >= ? AND window_start < ?"
-    gpu_kernels = {(g, k): (float(n or 0), float(t or 0)) for g, k, n, t in con.execute(
-        f"SELECT gpu_uuid, kernel_id, sum(launches / {_DUTY}), sum(total_ns / {_DUTY}) FROM kernels WHERE {where} "
-        f"AND gpu_uuid IS NOT NULL GROUP BY ALL", [job, start, end]).fetchall()}
-    hours, busy_s = con.execute(
-        f"SELECT count(DISTINCT date_trunc('hour', window_start)), coalesce(sum(total_ns / {_DUTY}), 0) / 1e9 "
-        f"FROM kernels WHERE {where}", [job, start, end]).fetchone()
-    wall_s = con.execute(
-        f"SELECT coalesce(sum(window_s), 0) FROM (SELECT DISTINCT run_id, pid, gpu_uuid, window_start, window_s "
-        f"FROM kernels WHERE {where})", [job, start, end]).fetchone()[0]
-    other_busy_s, other_jobs = con.execute(
-        f"SELECT coalesce(sum(total_ns / {_DUTY}), 0) / 1e9, count(DISTINCT job) FROM kernels "
-        f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ?",
-        [gpus, job, start, end]).fetchone()
-    records, dropped = con.execute(f"SELECT coalesce(sum(records), 0), coalesce(sum(dropped_records), 0) FROM health WHERE {where}",
-                                   [job, start, end]).fetchone()
-    return Window(start=start, end=end, hours=int(hours), series=_series(con, r, job, start, end),
-                  kernels=_kernels(con, job, start, end), memcpy=_memcpy(con, job, start, end),
-                  devices=_devices(con, gpus, start, end), gpu_kernels=gpu_kernels, busy_s=float(busy_s),
-                  wall_s=float(wall_s), other_busy_s=float(other_busy_s), other_jobs=int(other_jobs),
-                  records=int(records), dropped_records=int(dropped))
+    gk = ({}, {})
+    for side, g, k, n, t in con.execute(
+            f"SELECT window_start >= ?, gpu_uuid, kernel_id, sum(launches / {_DUTY}), sum(total_ns / {_DUTY}) "
+            f"FROM kernels WHERE {where} AND gpu_uuid IS NOT NULL GROUP BY ALL", params).fetchall():
+        gk[1 if side else 0][(g, k)] = (float(n or 0), float(t or 0))
+    busy = _sides(con.execute(
+        f"SELECT window_start >= ?, count(DISTINCT date_trunc('hour', window_start)), sum(total_ns / {_DUTY}) / 1e9 "
+        f"FROM kernels WHERE {where} GROUP BY ALL", params).fetchall())
+    wall = _sides(con.execute(
+        f"SELECT side, sum(window_s) FROM (SELECT DISTINCT window_start >= ? AS side, run_id, pid, gpu_uuid, window_start, "
+        f"window_s FROM kernels WHERE {where}) GROUP BY ALL", params).fetchall())
+    other = _sides(con.execute(
+        f"SELECT window_start >= ?, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) FROM kernels "
+        f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? GROUP BY ALL",
+        [mid, gpus, job, start, end]).fetchall())
+    health = _sides(con.execute(f"SELECT window_start >= ?, sum(records), sum(dropped_records) FROM health WHERE {where} GROUP BY ALL",
+                                params).fetchall())
+    out = []
+    for i in (0, 1):
+        hours, busy_s = busy[i].get(None, (0, 0.0))
+        other_s, other_jobs = other[i].get(None, (0.0, 0))
+        records, dropped = health[i].get(None, (0, 0))
+        out.append({"gpu_kernels": gk[i], "hours": int(hours), "busy_s": float(busy_s or 0),
+                    "wall_s": float((wall[i].get(None) or (0,))[0] or 0), "other_busy_s": float(other_s or 0),
+                    "other_jobs": int(other_jobs), "records": int(records or 0), "dropped_records": int(dropped or 0)})
+    return out[0], out[1]
+
+
+def _load_windows(con, r: Regression, job: str, gpus: list[str], start, mid, end) -> tuple[Window, Window]:
+    parts = [({"start": start, "end": mid}, {"start": mid, "end": end})]
+    series = _series(con, r, job, start, mid, end)
+    parts.append(tuple({"series": tuple(float(v[0]) for _, v in sorted(side.items()) if v[0] is not None)} for side in series))
+    parts += [_kernels(con, job, start, mid, end), _memcpy(con, job, start, mid, end), _devices(con, gpus, start, mid, end),
+              _job_totals(con, job, gpus, start, mid, end)]
+    before, after = {}, {}
+    for b, a in parts:
+        before.update(b)
+        after.update(a)
+    return Window(**before), Window(**after)
