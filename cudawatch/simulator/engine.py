@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,13 +56,14 @@ def simulate_fleet(
     injections: list[Injection] | None = None,
     window_s: int = DEFAULT_WINDOW_S,
     device_interval_s: int = DEFAULT_DEVICE_INTERVAL_S,
+    writers: int = 4,
 ) -> GroundTruth:
     """Simulate ``gpus`` GPUs for ``hours`` hours from ``start`` and write shards under ``out``.
 
     injections: ``None`` for the default scenario (one regression of each core kind, onsets spread
     over the second half of the run), ``[]`` for a clean fleet, or explicit injections (see
     ``parse_injections``). window_s: collector window (divides 3600); device_interval_s: device
-    sampling interval (divides window_s). Writes one shard per (table, host, hour) and
+    sampling interval (divides window_s); writers: threads writing shards. Writes one shard per (table, host, hour) and
     ``out/ground_truth.json``; returns a GroundTruth.
     """
     if gpus < 1 or hours < 1:
@@ -86,14 +88,26 @@ def simulate_fleet(
     out.mkdir(parents=True, exist_ok=True)
     written = 0
     rows: dict[str, int] = {t: 0 for t in shards.SCHEMAS}
-    for h in range(hours):
-        hour = drawer.draw(h)
-        when = start + dt.timedelta(hours=h)
-        for table_name, table in hour.tables.items():
-            rows[table_name] += table.num_rows
-            for host, offset, length in host_slices(hour.hosts[table_name], len(fleet.hosts)):
-                shards.write_shard(out, table_name, table.slice(offset, length), when, host=fleet.hosts[host], pid=0)
+    # Parquet encoding and fsync release the GIL: write hour h on worker threads while hour h + 1
+    # is drawn; at most two hours are in flight, so memory stays bounded.
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        in_flight: list = []
+        for h in range(hours):
+            hour = drawer.draw(h)
+            when = start + dt.timedelta(hours=h)
+            batch = []
+            for table_name, table in hour.tables.items():
+                rows[table_name] += table.num_rows
+                for host, offset, length in host_slices(hour.hosts[table_name], len(fleet.hosts)):
+                    batch.append(pool.submit(shards.write_shard, out, table_name, table.slice(offset, length), when,
+                                             host=fleet.hosts[host], pid=0))
+            for f in in_flight:
+                f.result()
                 written += 1
+            in_flight = batch
+        for f in in_flight:
+            f.result()
+            written += 1
 
     regressions = [truth_record(r, fleet, start) for r in resolved]
     doc = {

@@ -23,6 +23,8 @@ from cudawatch.simulator.noise import hourly_log_noise
 PAGEABLE_RATIO = 0.42
 #: Share of a GPU's time an intruding process (``contention``) keeps busy.
 INTRUDER_BUSY = 0.2
+#: Most kernel time a GPU can hold per wall-clock hour (launch gaps, host sync).
+MAX_BUSY = 0.97
 
 
 @dataclass
@@ -209,9 +211,29 @@ def build_plan(fleet: Fleet, injections: list[Resolved], hours: int, start_hour_
         elif r.kind == "contention":
             rows.dur_mult[(rows.gpu == r.gpu) & (rows.job == r.job), on] *= r.factor
 
+    synchronous = np.array([j.workload.kind == "training" and not j.name.startswith("adhoc-") for j in jobs])
+    _cap_busy(rows, steps, synchronous, fleet.gpus, hours)
     copies = _copy_rows(processes, jobs, proc_start, injections, hours, rng)
     series_noise = hourly_log_noise(rng, len(series_ids), hours, hourly_sigma)
     return Plan(fleet, hours, jobs, processes, proc_start, kernels, rows, copies, steps, load, throttle, series_noise)
+
+
+def _cap_busy(rows: KernelRows, steps: np.ndarray, synchronous: np.ndarray, gpus: int, hours: int, cap: float = MAX_BUSY) -> None:
+    """Slow a job's step rate where its busiest GPU would need more kernel time than the hour has.
+
+    A synchronous (training) job runs at the pace of its slowest rank: when injected slowdowns push
+    a GPU's kernel time past ``cap`` of the wall time, the whole job makes fewer steps (in place).
+    Inference replicas are independent and are left alone (their sm_util saturates instead).
+    """
+    h = np.arange(hours)
+    active = (rows.start[:, None] <= h) & (h < rows.stop[:, None])
+    work = rows.per_step[:, None] * rows.mean_ns[:, None] * rows.dur_mult * rows.launch_mult * active
+    for _ in range(2):
+        busy = np.zeros((gpus, hours))
+        np.add.at(busy, rows.gpu, work * steps[rows.job] / 3.6e12)
+        worst = np.zeros_like(steps)
+        np.maximum.at(worst, rows.job, busy[rows.gpu])
+        steps[synchronous] *= np.minimum(1.0, cap / np.maximum(worst, 1e-12))[synchronous]
 
 
 def _copy_rows(processes, jobs, proc_start, injections, hours, rng) -> CopyRows:

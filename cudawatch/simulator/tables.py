@@ -195,7 +195,7 @@ class HourDrawer:
         occ_u = np.clip(100 * occ * noise[3], 0, 100)
         thr = plan.throttle[:, h][:, None] * np.ones((1, S))
         throttled = thr > 1.0
-        load = 0.30 * sm + 0.50 * tensor_u + 0.20 * dram_u
+        load = np.minimum(100.0, 0.45 * sm + 0.45 * tensor_u + 0.25 * dram_u)
         power = POWER_IDLE_W + (POWER_CAP_W - POWER_IDLE_W) * load / 100 * np.exp(rng.normal(0.0, 0.03, (G, S)))
         power = np.minimum(power, POWER_CAP_W)
         power = np.where(throttled, POWER_CAP_W - rng.uniform(0, 12, (G, S)), power)
