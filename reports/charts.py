@@ -56,6 +56,8 @@ def unit_of(series: str) -> tuple[str, float]:
     """Display unit and scale for a series name: ``*_ns`` in µs, ``*_s`` in s, ``*_mhz`` in MHz."""
     if series.endswith("_ns"):
         return "µs", 1e-3
+    if series.endswith("_share"):
+        return "%", 100.0
     if series.endswith("_mhz"):
         return "MHz", 1.0
     if series.endswith("_pct"):
@@ -111,7 +113,7 @@ def top_kernels_chart(rows: list[dict], *, width_in: float = 7.6) -> bytes:
     with plt.rc_context(_RC):
         fig, ax = plt.subplots(figsize=(width_in, 0.34 * max(len(rows), 3) + 0.6))
         if rows:
-            labels = [f"{truncate_middle(r['kernel'], 48)}  [{truncate_middle(r['job'], 18)}]" for r in rows]
+            labels = [f"{truncate_middle(r['kernel'], 64)}  [{truncate_middle(r['job'], 18)}]" for r in rows]
             values = [float(r["gpu_hours"] or 0) for r in rows]
             bars = ax.barh(range(len(rows)), values, color=BLUE, height=0.62)
             ax.set_yticks(range(len(rows)), labels, fontsize=7.5, color=INK)

@@ -302,8 +302,12 @@ def regression_series(con, r: Regression, start: dt.datetime, end: dt.datetime) 
     """Hourly values of the series a regression was found in, e.g. ``kernel_mean_ns`` ->
     ``kernel_hourly.mean_ns`` for the regression's job, kernel and launch signature (launch
     configurations are summed when the signature is unknown, weighting by launches for means).
-    Unknown series names give an empty list; column names are checked against the view, never
-    interpolated from input."""
+    The detector's own series definitions (``analytics.series.SPEC_BY_NAME``) are used when they
+    know the name, so the chart shows exactly what was analysed. Unknown series names give an
+    empty list; column names are checked against the view, never interpolated from input."""
+    spec_points = _spec_series(con, r, start, end)
+    if spec_points is not None:
+        return spec_points
     for prefix, (view, keys) in _SERIES_SOURCES.items():
         if r.series.startswith(prefix):
             break
@@ -339,3 +343,30 @@ def _without_signature(r: Regression) -> Regression:
     import dataclasses
 
     return dataclasses.replace(r, signature=None)
+
+
+def _spec_series(con, r: Regression, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, float]] | None:
+    try:
+        from analytics.series import SPEC_BY_NAME
+    except ImportError:
+        return None
+    spec = SPEC_BY_NAME.get(r.series)
+    if spec is None:
+        return None
+    # spec SQL takes hours in (start, end]; a key the spec leaves NULL (e.g. job of a GPU series) matches any
+    sql = f"""WITH r AS ({spec.sql})
+              SELECT hour, sum(value * weight) / nullif(sum(weight), 0), avg(value), sum(weight) FROM r
+              WHERE (job IS NULL OR ?::VARCHAR IS NULL OR job = ?) AND (kernel_id IS NULL OR ?::VARCHAR IS NULL OR kernel_id = ?)
+                AND (gpu_uuid IS NULL OR ?::VARCHAR IS NULL OR gpu_uuid = ?) AND (signature IS NULL OR ?::VARCHAR IS NULL OR signature = ?)
+              GROUP BY hour ORDER BY hour"""
+    params = [start - dt.timedelta(hours=1), end - dt.timedelta(hours=1)]
+    for key in (r.job, r.kernel_id, r.gpu_uuid, r.signature):
+        params += [key, key]
+    out = []
+    for hour, weighted, mean, weight in _rows(con, sql, params):
+        if spec.min_weight and (weight or 0) < spec.min_weight:
+            continue
+        value = weighted if weighted is not None else mean
+        if value is not None:
+            out.append((_hour(hour), float(value)))
+    return out

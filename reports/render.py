@@ -97,6 +97,8 @@ def _fmt_num(value: Any, digits: int = 3) -> str:
 def _fmt_pct(value: Any, digits: int = 1, signed: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
+    if isinstance(value, float) and math.isinf(value):
+        return "new (was 0)" if value > 0 else "gone (now 0)"
     return f"{value:+.{digits}f}%" if signed else f"{value:.{digits}f}%"
 
 

@@ -21,6 +21,16 @@ SEVERITY_ICON = {"critical": ":red_circle:", "high": ":large_orange_circle:", "m
 GROUP_LIST_MAX = 15
 
 
+def magnitude(r: Regression) -> str:
+    """``+12.3%``, or ``new (was 0)`` / ``gone (now 0)`` for changes from or to zero."""
+    m = r.magnitude_pct
+    if m != m:
+        return "n/a"
+    if m in (float("inf"), float("-inf")):
+        return "new (was 0)" if m > 0 else "gone (now 0)"
+    return f"{m:+.1f}%"
+
+
 def _subject(r: Regression) -> str:
     if r.kernel:
         return slack_code(r.kernel, 150)
@@ -47,11 +57,11 @@ def _link_block(report_url: str | None) -> list[dict[str, Any]]:
 
 
 def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
-    title = f"{r.severity.upper()} regression: {r.series} {r.magnitude_pct:+.1f}%"
+    title = f"{r.severity.upper()} regression: {r.series} {magnitude(r)}"
     fields = [
         f"*Severity*\n{SEVERITY_ICON.get(r.severity, '')} {slack(r.severity)}",
         f"*Job*\n{slack(r.job, 200)}",
-        f"*Magnitude*\n{r.magnitude_pct:+.1f}% ({r.before:.4g} → {r.after:.4g}), p={r.p_value:.1e}",
+        f"*Magnitude*\n{magnitude(r)} ({r.before:.4g} → {r.after:.4g}), p={r.p_value:.1e}",
         f"*Onset*\n{r.onset:%Y-%m-%d %H:%M} UTC",
     ]
     if r.share_gpu_time:
@@ -63,7 +73,7 @@ def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(r)}"[:3000]}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": f"event `{r.event_id}` · cudawatch"}]},
     ]
-    text = f"{r.severity.upper()} regression in job {slack(r.job, 100)}: {r.series} {r.magnitude_pct:+.1f}% since {r.onset:%Y-%m-%d %H:00} UTC"
+    text = f"{r.severity.upper()} regression in job {slack(r.job, 100)}: {r.series} {magnitude(r)} since {r.onset:%Y-%m-%d %H:00} UTC"
     return {"text": text, "blocks": blocks + _link_block(report_url)}
 
 
@@ -74,7 +84,7 @@ def _group(regressions: Sequence[Regression], report_url: str | None) -> dict[st
         {"type": "header", "text": {"type": "plain_text", "text": f"{n} new regressions (worst: {worst})", "emoji": True}},
     ]
     for r in regressions[:GROUP_LIST_MAX]:
-        line = (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.series} *{r.magnitude_pct:+.1f}%* · job {slack(r.job, 80)}"
+        line = (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.series} *{magnitude(r)}* · job {slack(r.job, 80)}"
                 f" · {_subject(r)} · since {r.onset:%m-%d %H:00} UTC\n{_cause_line(r)}")
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": line[:3000]}})
     if n > GROUP_LIST_MAX:
