@@ -1,0 +1,478 @@
+"""Regression detection: change points on the watched hourly series, turned into regression events.
+
+``detect_regressions(con, as_of)`` runs once per hour (idempotently). For every series in
+analytics.series.SPECS it loads the trailing ``lookback_hours`` up to ``as_of`` and, in the
+incremental mode, first screens the tail of all series at once (a vectorised z test of the last
+3/6/12 hours against the robust level of the window); only series that pass the screen or carry
+an open event go through ``analytics.changepoint.detect_change_points``. A change point becomes a
+regression when it moved the bad way by at least ``min_magnitude_pct`` and lies in the last
+``tail_hours``. Events are deduplicated (one per kernel, job or GPU and onset), a step that
+reverts within ``went_away_hours`` is recorded as ``went_away`` and not returned, and the
+``regressions`` table is keyed by ``Regression.event_id``, so re-running an hour changes nothing.
+
+The design article's EWMA deviation rule is kept as ``ewma_deviation_check``: one hour against
+the EWMA, no significance test; docs/detection.md explains how the two differ.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from analytics import series as sr
+from analytics.changepoint import detect_change_points
+from analytics.results import Finding, Regression
+
+OPEN = ("new", "ongoing")
+
+#: Preference when several series show one event of the same kernel (most specific first).
+_PRIORITY = {"kernel_mean_ns": 0, "kernel_launch_share": 1, "kernel_time_share": 2, "job_gpu_busy_s": 3,
+             "gpu_sm_clock_mhz": 4, "gpu_mem_clock_mhz": 5}
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS regressions (
+    event_id VARCHAR PRIMARY KEY,
+    series VARCHAR NOT NULL,
+    series_key VARCHAR NOT NULL,
+    job VARCHAR,
+    kernel VARCHAR,
+    kernel_id VARCHAR,
+    gpu_uuid VARCHAR,
+    signature VARCHAR,
+    onset TIMESTAMPTZ NOT NULL,        -- first hour of the new level
+    before DOUBLE,
+    after DOUBLE,
+    magnitude_pct DOUBLE,
+    p_value DOUBLE,
+    severity VARCHAR,
+    share_gpu_time DOUBLE,
+    status VARCHAR NOT NULL,           -- new | ongoing | resolved | went_away
+    detected_at TIMESTAMPTZ NOT NULL,  -- the as_of hour of the run that first reported it
+    updated_at TIMESTAMPTZ NOT NULL,   -- the as_of hour of the last run that looked at it
+    ended_at TIMESTAMPTZ               -- first hour back at the old level (resolved / went_away)
+);
+"""
+
+
+@dataclass(frozen=True)
+class DetectConfig:
+    """Settings of the regression layer (defaults are the benchmarked ones).
+
+    lookback_hours: trailing window each run analyses. tail_hours: change points older than this
+    when first seen are history, not new events. min_points: fewest valid hours a series needs.
+    min_size, window, max_pvalue, min_magnitude_pct: passed to detect_change_points.
+    went_away_hours: a step that reverts within this many hours is recorded as went_away.
+    dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
+    min_share: kernel-level events below this share of their job's GPU time are not raised.
+    screen_z: incremental mode's tail screen threshold; incremental=False analyses every series.
+    series: names of the series families (analytics.series.SPECS) to watch.
+    """
+
+    lookback_hours: int = 168
+    tail_hours: int = 24
+    min_points: int = 24
+    min_size: int = 3
+    window: int = 48
+    max_pvalue: float = 1e-5
+    min_magnitude_pct: float = 2.0
+    went_away_hours: int = 6
+    dedup_hours: int = 2
+    min_share: float = 0.005
+    screen_z: float = 3.0
+    incremental: bool = True
+    series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
+
+    def cp_options(self, period: int | None) -> dict:
+        return dict(min_size=self.min_size, window=self.window, max_pvalue=self.max_pvalue,
+                    min_magnitude_pct=self.min_magnitude_pct, period=period)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A bad-way level change found in one series (indices into the analysed values)."""
+
+    index: int
+    before: float
+    after: float
+    magnitude_pct: float
+    p_value: float
+    reverted_index: int | None = None
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def ewma_deviation_check(value: float, baseline: float, *, medium: float = 0.2, high: float = 0.5) -> str | None:
+    """The design article's rule: |value - baseline| / baseline above 20 % is medium, above 50 % high.
+
+    Returns "medium", "high" or None. One hour against the EWMA, both directions, no noise model:
+    fast but blind to steps below 20 % and loud on noisy series (docs/detection.md).
+    """
+    if baseline is None or not math.isfinite(baseline) or baseline == 0 or value is None or not math.isfinite(value):
+        return None
+    deviation = abs(value - baseline) / abs(baseline)
+    if deviation > high:
+        return "high"
+    if deviation > medium:
+        return "medium"
+    return None
+
+
+def ewma(values: np.ndarray, alpha: float) -> np.ndarray:
+    """EWMA along the last axis, skipping NaNs (the previous level carries over a missing hour)."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, np.nan)
+    level = np.full(values.shape[:-1], np.nan)
+    for h in range(values.shape[-1]):
+        x = values[..., h]
+        fresh = np.isnan(level)
+        level = np.where(np.isnan(x), level, np.where(fresh, x, alpha * x + (1 - alpha) * level))
+        out[..., h] = level
+    return out
+
+
+def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = DetectConfig()) -> list[Step]:
+    """Bad-way change points of one series, each with the index where it reverted, if it did.
+
+    A later change point reverts a step when it moves the good way and brings the level back to
+    within half the step of the old level. Series with fewer than ``config.min_points`` valid
+    hours, and seasonal series with fewer than three periods, give no steps.
+    """
+    values = np.asarray(values, dtype=float)
+    valid = np.count_nonzero(~np.isnan(values))
+    if valid < config.min_points or (period is not None and valid < 3 * period):
+        return []  # too little data (a seasonal series needs three cycles for its daily profile)
+    cps = detect_change_points(values, **config.cp_options(period))
+    steps = []
+    for i, cp in enumerate(cps):
+        if bad * (cp.mean_after - cp.mean_before) <= 0:
+            continue
+        jump = cp.mean_after - cp.mean_before
+        revert = None
+        for later in cps[i + 1 :]:
+            if bad * (later.mean_after - later.mean_before) < 0 and abs(later.mean_after - cp.mean_before) <= 0.5 * abs(jump):
+                revert = later.index
+                break
+        steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
+    return steps
+
+
+def screen_tail(values: np.ndarray, bad: int, z: float, tails=(3, 6, 12)) -> np.ndarray:
+    """Rows of ``values`` whose last 3, 6 or 12 hours sit more than ``z`` noise units the bad way
+    from the median of the rest (noise: MAD of first differences). Loose on purpose: it only
+    decides which series the full change-point test looks at."""
+    n, hours = values.shape
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    ref = values[:, : max(hours - max(tails), 1)]
+    with np.errstate(all="ignore"), _quiet():
+        level = np.nanmedian(ref, axis=1)
+        d = np.diff(values, axis=1)
+        sigma = 1.4826 * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / math.sqrt(2)
+        sigma = np.where(sigma > 0, sigma, np.nanmean(np.abs(d), axis=1) / math.sqrt(2))
+        hit = np.zeros(n, dtype=bool)
+        for m in tails:
+            tail = values[:, -m:]
+            k = np.count_nonzero(~np.isnan(tail), axis=1)
+            zt = bad * (np.nanmean(tail, axis=1) - level) / (sigma / np.sqrt(np.maximum(k, 1)))
+            hit |= (k > 0) & ((zt > z) | ((sigma == 0) & (bad * (np.nanmean(tail, axis=1) - level) > 0)))
+    return hit | np.isnan(sigma)
+
+
+class _quiet:
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc):
+        return self._w.__exit__(*exc)
+
+
+def severity_of(magnitude_pct: float, share: float) -> str:
+    """Severity from the extra GPU time the change costs: |magnitude| x share of the job's GPU time."""
+    impact = min(abs(magnitude_pct), 1000.0) / 100.0 * share
+    if impact >= 0.10:
+        return "critical"
+    if impact >= 0.03:
+        return "high"
+    if impact >= 0.005:
+        return "medium"
+    return "low"
+
+
+# --------------------------------------------------------------------------- warehouse layer
+
+
+def ensure_tables(con) -> None:
+    con.execute(_DDL)
+
+
+@dataclass
+class _Candidate:
+    reg: Regression
+    series_key: str
+    ended_at: dt.datetime | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = None) -> list[Regression]:
+    """Detect regressions in the data up to ``as_of`` (a UTC hour), store them, return the open ones.
+
+    Idempotent: the same ``as_of`` twice leaves the ``regressions`` table as the first run left it.
+    Returned regressions have empty ``causes`` (analytics.rules.attach_causes fills them).
+    """
+    config = config or DetectConfig()
+    ensure_tables(con)
+    as_of = _utc_hour(as_of)
+    existing = _known_events(con, as_of, config.lookback_hours)
+    mats = {name: sr.load_matrix(con, sr.SPEC_BY_NAME[name], as_of, config.lookback_hours) for name in config.series}
+    shares = _shares(mats)
+    gpu_jobs = _gpu_jobs(con, as_of, config.lookback_hours)
+    candidates: list[_Candidate] = []
+    updates: list[tuple] = []
+    for name, mat in mats.items():
+        spec = mat.spec
+        open_here = {}
+        for row in existing:
+            if row["series"] == name:
+                open_here.setdefault(row["series_key"], []).append(row)
+        keys = [sr.series_key(name, k) for k in mat.keys]
+        todo = np.ones(len(keys), dtype=bool)
+        if config.incremental and len(keys):
+            todo = screen_tail(mat.values, spec.bad, config.screen_z)
+            todo |= np.array([k in open_here for k in keys], dtype=bool)
+        for i in np.flatnonzero(todo):
+            steps = find_steps(mat.values[i], bad=spec.bad, period=spec.period, config=config)
+            updates += _update_open(open_here.pop(keys[i], []), steps, mat, i, as_of, config)
+            for st in steps:
+                if st.index < mat.hours - config.tail_hours or abs(st.magnitude_pct) < config.min_magnitude_pct:
+                    continue
+                candidates.append(_candidate(name, mat, i, keys[i], st, shares, gpu_jobs, as_of, config))
+        for rows in open_here.values():  # open events whose series vanished from the window
+            updates += _update_open(rows, [], mat, None, as_of, config)
+    candidates = _dedup(candidates, existing, config)
+    _store(con, candidates, updates, as_of)
+    return load_regressions(con, statuses=OPEN, as_of=as_of)
+
+
+def _utc_hour(ts: dt.datetime) -> dt.datetime:
+    ts = ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    return ts.astimezone(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def _known_events(con, as_of, lookback_hours) -> list[dict]:
+    """Open events, and closed ones with an onset in the window (so a recorded step is not re-raised)."""
+    cur = con.execute(
+        "SELECT * FROM regressions WHERE detected_at <= ? AND (status IN ('new', 'ongoing') OR onset > ?::TIMESTAMPTZ - to_hours(?))",
+        [as_of, as_of, lookback_hours])
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _shares(mats) -> dict:
+    """GPU-time share of each (job, kernel_id) in its job over the window's last 24 hours."""
+    busy = mats.get("kernel_busy_s")
+    if busy is None:
+        return {}
+    recent = np.nansum(busy.values[:, -24:], axis=1)
+    per_job: dict[str, float] = {}
+    for (job, *_), v in zip(busy.keys, recent):
+        per_job[job] = per_job.get(job, 0.0) + v
+    return {(k[0], k[2]): (v / per_job[k[0]] if per_job[k[0]] > 0 else 0.0) for k, v in zip(busy.keys, recent)}
+
+
+def _gpu_jobs(con, as_of, hours) -> dict:
+    """Job with the most GPU time on each GPU in the window (a GPU event is reported under it)."""
+    rows = con.execute(
+        """SELECT gpu_uuid, arg_max(job, t), list(DISTINCT job) FROM (
+             SELECT gpu_uuid, job, sum(total_ns) AS t FROM kernels
+             WHERE window_start > ?::TIMESTAMPTZ - to_hours(?) AND window_start < ?::TIMESTAMPTZ + INTERVAL 1 HOUR
+             GROUP BY ALL) GROUP BY gpu_uuid""",
+        [as_of, hours, as_of],
+    ).fetchall()
+    return {g: (top, set(jobs)) for g, top, jobs in rows}
+
+
+def _candidate(name, mat, i, key, st: Step, shares, gpu_jobs, as_of, config) -> _Candidate:
+    job, kernel, kernel_id, gpu_uuid, signature = mat.keys[i]
+    spec = mat.spec
+    if spec.kernel_level:
+        share = shares.get((job, kernel_id), 0.0)
+    else:
+        share = 1.0
+    if gpu_uuid is not None and job is None:
+        job = gpu_jobs.get(gpu_uuid, ("", set()))[0] or ""
+    onset = mat.hour_at(st.index)
+    ended = mat.hour_at(st.reverted_index) if st.reverted_index is not None else None
+    status = "new"
+    if ended is not None:
+        status = "went_away" if (ended - onset) <= dt.timedelta(hours=config.went_away_hours) else "resolved"
+    reg = Regression(job=job or "", kernel=kernel, kernel_id=kernel_id, gpu_uuid=gpu_uuid, series=name, onset=onset,
+                     before=st.before, after=st.after, magnitude_pct=st.magnitude_pct, p_value=st.p_value,
+                     severity=severity_of(st.magnitude_pct, share), share_gpu_time=share, signature=signature,
+                     status=status, detected_at=as_of)
+    return _Candidate(reg, key, ended, {"jobs": gpu_jobs.get(gpu_uuid, ("", set()))[1] if gpu_uuid else {job}})
+
+
+def _update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
+    """New status, stats and end of the open events of one series at ``as_of``."""
+    out = []
+    for row in rows:
+        if row["updated_at"] > as_of or row["status"] not in OPEN:
+            continue  # a later run already looked at it, or it is closed
+        onset = row["onset"]
+        match = None
+        for st in steps:
+            if abs((mat.hour_at(st.index) - onset).total_seconds()) <= config.dedup_hours * 3600:
+                match = st
+        status = "new" if row["detected_at"] == as_of else "ongoing"
+        before, after, mag, p, ended = row["before"], row["after"], row["magnitude_pct"], row["p_value"], None
+        if match is not None:
+            after, mag, p = match.after, match.magnitude_pct, match.p_value
+            if match.reverted_index is not None:
+                ended = mat.hour_at(match.reverted_index)
+        elif i is None:
+            ended = as_of  # the series is gone (kernel or job stopped): the regression no longer shows
+        else:
+            recent = mat.values[i, -config.min_size :]
+            recent = recent[~np.isnan(recent)]
+            if recent.size and abs(np.median(recent) - before) < abs(np.median(recent) - after):
+                ended = as_of - (config.min_size - 1) * sr.HOUR
+        if ended is not None:
+            status = "went_away" if ended - onset <= dt.timedelta(hours=config.went_away_hours) else "resolved"
+        out.append((row["event_id"], status, after, mag, p, ended))
+    return out
+
+
+def _dedup(cands: list[_Candidate], existing: list[dict], config) -> list[_Candidate]:
+    """One event per regression: per kernel (all its signatures and series), per job, per GPU."""
+    near = dt.timedelta(hours=config.dedup_hours)
+
+    def scope(c: _Candidate):
+        r = c.reg
+        if r.gpu_uuid is not None:
+            return ("gpu", r.gpu_uuid)
+        if r.kernel_id is not None:
+            return ("kernel", r.job, r.kernel_id)
+        return ("job", r.job)
+
+    def scope_row(row):
+        if row["gpu_uuid"] is not None:
+            return ("gpu", row["gpu_uuid"])
+        if row["kernel_id"] is not None:
+            return ("kernel", row["job"], row["kernel_id"])
+        return ("job", row["job"])
+
+    taken: list[tuple] = [(scope_row(r), r["onset"], r["job"]) for r in existing]
+    kept: list[_Candidate] = []
+    order = sorted(cands, key=lambda c: (_PRIORITY.get(c.reg.series, 9), -c.reg.share_gpu_time * abs(c.reg.magnitude_pct)))
+    # GPU events first: kernel and job steps of jobs on a GPU that changed at the same hour are its symptoms.
+    order.sort(key=lambda c: scope(c)[0] != "gpu")
+    gpu_events = [(r["onset"], _jobs_of_gpu_row(r)) for r in existing if r["gpu_uuid"] is not None]
+    for c in order:
+        s, onset = scope(c), c.reg.onset
+        if any(ts == s and abs(o - onset) <= near for ts, o, _ in taken):
+            continue
+        if s[0] == "job" and any(ts[0] == "kernel" and j == c.reg.job and abs(o - onset) <= near for ts, o, j in taken):
+            continue
+        if s[0] != "gpu" and any(abs(o - onset) <= near and c.reg.job in jobs for o, jobs in gpu_events):
+            continue
+        kept.append(c)
+        taken.append((s, onset, c.reg.job))
+        if s[0] == "gpu":
+            gpu_events.append((onset, c.extra.get("jobs", set())))
+    # job-level events found before a kernel event of the same job at the same onset are dropped too
+    return [c for c in kept if not (scope(c)[0] == "job" and any(
+        scope(k)[0] == "kernel" and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= near for k in kept))]
+
+
+def _jobs_of_gpu_row(row) -> set:
+    return {row["job"]} if row.get("job") else set()
+
+
+def _store(con, cands: list[_Candidate], updates: list[tuple], as_of) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for event_id, status, after, mag, p, ended in updates:
+            con.execute(
+                "UPDATE regressions SET status = ?, after = ?, magnitude_pct = ?, p_value = ?, ended_at = ?, updated_at = ? WHERE event_id = ?",
+                [status, after, mag, p, ended, as_of, event_id],
+            )
+        for c in cands:
+            r = c.reg
+            con.execute(
+                """INSERT INTO regressions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (event_id) DO NOTHING""",
+                [r.event_id, r.series, c.series_key, r.job, r.kernel, r.kernel_id, r.gpu_uuid, r.signature, r.onset,
+                 r.before, r.after, r.magnitude_pct, r.p_value, r.severity, r.share_gpu_time, r.status, as_of, as_of, c.ended_at],
+            )
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+
+
+def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime | None = None, statuses=None,
+                     *, as_of: dt.datetime | None = None) -> list[Regression]:
+    """Regression objects from the ``regressions`` table, newest onset first.
+
+    since/until: bounds on ``detected_at`` (the hour of the run that first reported the event),
+    inclusive. statuses: e.g. ("new", "ongoing"); None for all. as_of: only events detected by then.
+    Causes come from the ``findings`` table when it exists.
+    """
+    ensure_tables(con)
+    where, params = [], []
+    if since is not None:
+        where.append("detected_at >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("detected_at <= ?")
+        params.append(until)
+    if as_of is not None:
+        where.append("detected_at <= ?")
+        params.append(as_of)
+    if statuses:
+        statuses = [statuses] if isinstance(statuses, str) else list(statuses)
+        where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+        params += statuses
+    sql = "SELECT * FROM regressions" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY onset DESC, event_id"
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    causes = _findings(con, [r["event_id"] for r in rows])
+    out = []
+    for r in rows:
+        out.append(Regression(
+            job=r["job"], kernel=r["kernel"], kernel_id=r["kernel_id"], gpu_uuid=r["gpu_uuid"], series=r["series"],
+            onset=r["onset"], before=r["before"], after=r["after"], magnitude_pct=r["magnitude_pct"], p_value=r["p_value"],
+            severity=r["severity"], share_gpu_time=r["share_gpu_time"], signature=r["signature"], status=r["status"],
+            detected_at=r["detected_at"], causes=causes.get(r["event_id"], ()),
+        ))
+    return out
+
+
+def _findings(con, event_ids) -> dict[str, tuple[Finding, ...]]:
+    if not event_ids:
+        return {}
+    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'findings'").fetchone()[0]
+    if not has:
+        return {}
+    rows = con.execute(
+        "SELECT event_id, rule, confidence, evidence, recommendation FROM findings WHERE event_id IN (SELECT unnest(?))",
+        [list(event_ids)],
+    ).fetchall()
+    out: dict[str, list[Finding]] = {}
+    for event_id, rule, conf, evidence, rec in rows:
+        try:
+            ev = json.loads(evidence) if isinstance(evidence, str) else (evidence or {})
+        except ValueError:
+            ev = {"raw": evidence}
+        out.setdefault(event_id, []).append(Finding(rule=rule, confidence=float(conf or 0.0), evidence=ev, recommendation=rec or ""))
+    return {k: tuple(sorted(v, key=lambda f: -f.confidence)) for k, v in out.items()}
