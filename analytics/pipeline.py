@@ -360,8 +360,12 @@ def send_alerts(hour: dt.datetime | str, regressions: list[dict[str, Any]]) -> d
         log.warning("reports.alerts.send_new_alerts is not available; %d regressions not alerted", len(regs))
         return {"hour": hour_of(hour).isoformat(), "sent": 0, "skipped": True}
     with writer(Settings.resolve()) as con:
-        out = alerts.send_new_alerts(con, alert_config(), regs)
-    return {"hour": hour_of(hour).isoformat(), "result": _small(out)}
+        result = alerts.send_new_alerts(con, alert_config(), regressions=regs)
+    log.info("hour %s: %s", hour_of(hour).isoformat(), result.summary())
+    if result.failed:
+        # Airflow retries the task; the outbox re-sends only what is due and never a sent alert.
+        raise RuntimeError(f"{result.failed} alerts failed; the outbox table has the reasons")
+    return {"hour": hour_of(hour).isoformat(), "queued": result.queued, "sent": result.sent, "pending": result.pending}
 
 
 # --------------------------------------------------------------------------- daily steps
@@ -373,30 +377,51 @@ def report_day(interval_start: dt.datetime | str) -> dt.date:
 
 
 def build_daily_report(interval_start: dt.datetime | str) -> str:
-    """Render the day's HTML report into the archive, ``<reports>/YYYY-MM-DD/report.html``."""
+    """Render the day's report into the archive folder ``<reports>/YYYY-MM-DD/``.
+
+    Writes ``report.html`` (self-contained, charts inline; reports.render.write_report) and the
+    e-mail version under ``mail/`` (HTML with ``cid:`` images, plain text, subject, PNGs;
+    reports.render.build_report), so the e-mail step needs no warehouse. Returns the folder.
+    """
+    from analytics import warehouse
+    from analytics.locking import writer_lock
     from reports import render
 
     cfg = Settings.resolve()
     day = report_day(interval_start)
-    out = cfg.reports / day.isoformat() / "report.html"
+    folder = cfg.reports / day.isoformat()
     # A read-only DuckDB connection cannot open the file while another process writes it, so the
-    # report takes the writer lock too (it holds it for the few seconds rendering takes).
-    from analytics.locking import writer_lock
-
+    # report takes the writer lock too (for the seconds rendering takes).
     with writer_lock(cfg.db, timeout_s=cfg.lock_timeout_s):
-        path = render.write_report(cfg.db, out, day)
-    log.info("report for %s: %s", day, path)
-    return str(path)
+        path = render.write_report(cfg.db, folder / "report.html", day)
+        con = warehouse.connect(cfg.db, read_only=True)
+        try:
+            mail = render.build_report(con, day, image_mode="cid", report_url=setting("report_url"))
+        finally:
+            con.close()
+    mail_dir = folder / "mail"
+    mail_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in mail.images.items():
+        (mail_dir / f"{name}.png").write_bytes(data)
+    (mail_dir / "report.html").write_text(mail.html, encoding="utf-8")
+    (mail_dir / "report.txt").write_text(mail.text, encoding="utf-8")
+    (mail_dir / "subject.txt").write_text(mail.subject, encoding="utf-8")
+    (mail_dir / "images.json").write_text(json.dumps(sorted(mail.images)), encoding="utf-8")
+    log.info("report for %s: %s (%d charts)", day, path, len(mail.images))
+    return str(folder)
 
 
-def email_daily_report(interval_start: dt.datetime | str, report_path: str) -> dict[str, Any]:
-    """E-mail the archived report through Airflow's SMTP connection.
+def email_daily_report(interval_start: dt.datetime | str, report_dir: str) -> dict[str, Any]:
+    """E-mail the archived report (reports.email.build_report_message) through Airflow's SMTP
+    connection (airflow.providers.smtp SmtpHook).
 
     Connection id: ``cudawatch_smtp_conn_id`` / ``CUDAWATCH_SMTP_CONN_ID`` (default
     ``smtp_default``); recipients: ``cudawatch_email_to`` / ``CUDAWATCH_EMAIL_TO`` (comma
     separated); sender: ``cudawatch_email_from`` / ``CUDAWATCH_EMAIL_FROM``, else the connection's
-    ``from_email`` extra. No recipients: nothing is sent (logged).
+    ``from_email`` extra. Without recipients nothing is sent (logged as a warning).
     """
+    from reports.email import build_report_message
+
     day = report_day(interval_start)
     to = [a.strip() for a in (setting("email_to", "") or "").split(",") if a.strip()]
     if not to:
@@ -404,34 +429,20 @@ def email_daily_report(interval_start: dt.datetime | str, report_path: str) -> d
         return {"day": day.isoformat(), "sent": False, "recipients": 0}
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
+    mail_dir = Path(report_dir) / "mail"
+    images = {name: (mail_dir / f"{name}.png").read_bytes() for name in json.loads((mail_dir / "images.json").read_text())}
     conn_id = setting("smtp_conn_id", "smtp_default")
-    path = Path(report_path)
     with SmtpHook(smtp_conn_id=conn_id) as hook:
         sender = setting("email_from") or hook.from_email or "cudawatch@localhost"
-        msg = _report_message(path, day, sender, to)
-        if msg is not None:
-            # The hook opened and authenticated the client; it has no public send for a prepared
-            # MIME message, so send it on the hook's client.
-            hook._smtp_client.send_message(msg, from_addr=sender, to_addrs=to)
-        else:
-            hook.send_email_smtp(to=to, from_email=sender, subject=f"cudawatch report {day}",
-                                 html_content=path.read_text(encoding="utf-8"), files=[str(path)])
+        msg = build_report_message(
+            (mail_dir / "report.html").read_text(encoding="utf-8"), (mail_dir / "report.txt").read_text(encoding="utf-8"),
+            images, sender=sender, to=to, subject=(mail_dir / "subject.txt").read_text(encoding="utf-8"),
+        )
+        # The hook opened and authenticated the SMTP client (TLS/SSL per the connection); it has
+        # no public call for a prepared multipart message, so the message goes out on that client.
+        hook._smtp_client.send_message(msg, from_addr=sender, to_addrs=to)
     log.info("report for %s e-mailed to %d recipients via connection %s", day, len(to), conn_id)
-    return {"day": day.isoformat(), "sent": True, "recipients": len(to)}
-
-
-def _report_message(path: Path, day: dt.date, sender: str, to: list[str]):
-    """The reports engineer's message (reports.email.build_report_message), if available."""
-    email_mod = _optional("reports.email")
-    if email_mod is None or not hasattr(email_mod, "build_report_message"):
-        return None
-    import inspect
-
-    fn = email_mod.build_report_message
-    params = inspect.signature(fn).parameters
-    kwargs = {k: v for k, v in {"sender": sender, "to": to, "day": day, "date": day, "report_path": path,
-                                  "path": path, "html_path": path}.items() if k in params}
-    return fn(**kwargs)
+    return {"day": day.isoformat(), "sent": True, "recipients": len(to), "message_id": msg["Message-ID"]}
 
 
 # --------------------------------------------------------------------------- maintenance steps

@@ -46,10 +46,10 @@ def cudawatch_daily_report():
         return pipeline.build_daily_report(data_interval_start)
 
     @task
-    def email_report(report_path: str, data_interval_start=None) -> dict:
+    def email_report(report_dir: str, data_interval_start=None) -> dict:
         from analytics import pipeline
 
-        return pipeline.email_daily_report(data_interval_start, report_path)
+        return pipeline.email_daily_report(data_interval_start, report_dir)
 
     email_report(build_report())
 
