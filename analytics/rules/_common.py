@@ -74,6 +74,15 @@ def median_se(values) -> float:
     return 1.2533 * 1.4826 * mad / math.sqrt(n)
 
 
+def robust_sd(values) -> float:
+    """1.4826 * MAD: a standard deviation that one outlier hour does not inflate (0 for < 3 values)."""
+    vals = sorted(float(v) for v in values)
+    if len(vals) < 3:
+        return 0.0
+    med = _median(vals)
+    return 1.4826 * _median(sorted(abs(v - med) for v in vals))
+
+
 def beyond_noise(before, after, k: float = 3.0) -> bool:
     """Whether the medians of two hourly samples differ by more than k combined standard errors."""
     se = math.hypot(median_se(before), median_se(after))

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from analytics.context import KernelStats, RegressionContext
 from analytics.results import Finding
-from analytics.rules._common import beyond_noise, change, finding, gpu_s_per_hour, in_scope, job_delta_gpu_s, strength
+from analytics.rules._common import (beyond_noise, change, finding, gpu_s_per_hour, in_scope, job_delta_gpu_s, robust_sd,
+                                     strength)
 
-#: Smallest per-launch slowdown the rules call a change (the detector's default minimum magnitude).
-MIN_SLOWER = 0.02
+#: Smallest per-launch slowdown called a change: above the simulator's and real fleets' day-scale drift
+#: of a kernel's hourly mean (1-2 %), so slow drift is not blamed on the kernel.
+MIN_SLOWER = 0.03
+#: ... and at least this many robust standard deviations of the kernel's hourly means before onset.
+MIN_SLOWER_SIGMAS = 2.0
+#: A job-level regression is blamed on one kernel only when that kernel explains this share of it.
+MIN_EXPLAINED = 0.25
 #: Smallest launches-per-hour increase called "more launches".
 MIN_MORE_LAUNCHES = 0.10
 #: A signature "disappeared" when its launch rate fell below this fraction of what it was (and vice versa).
@@ -39,8 +45,10 @@ def _scale(ctx: RegressionContext, kernel_conf: float, floor: float, delta_gpu_s
 
 
 def kernel_slower(ctx: RegressionContext) -> Finding | None:
-    """Same signature (kernel + launch configuration), slower per launch: median hourly mean rose
-    by >= 2 % and by more than 3 standard errors of the hourly medians."""
+    """Same signature (kernel + launch configuration), slower per launch: the median hourly mean rose
+    by >= 3 %, >= 2 hourly standard deviations and > 3 standard errors of the medians."""
+    if ctx.scope == "gpu":
+        return None  # a GPU counter series: kernels slow down because of the GPU, not the reverse
     before = {(k.kernel_id, k.signature): k for k in ctx.before.kernels if in_scope(ctx, k.kernel_id)}
     best = None
     for k in ctx.after.kernels:
@@ -52,7 +60,11 @@ def kernel_slower(ctx: RegressionContext) -> Finding | None:
         rel = change(b.mean_ns, k.mean_ns)
         if rel is None or rel < MIN_SLOWER or not beyond_noise(b.hourly_mean_ns, k.hourly_mean_ns):
             continue
+        if k.mean_ns - b.mean_ns < MIN_SLOWER_SIGMAS * robust_sd(b.hourly_mean_ns):
+            continue
         impact = (k.mean_ns - b.mean_ns) * ctx.after.per_hour(k.launches) / 1e9
+        if ctx.scope == "job" and _explained(ctx, impact) < MIN_EXPLAINED:
+            continue
         if best is None or impact > best[0]:
             best = (impact, rel, b, k)
     if best is None:
@@ -152,6 +164,8 @@ def kernel_vanished(ctx: RegressionContext) -> Finding | None:
 
 def more_launches(ctx: RegressionContext) -> Finding | None:
     """A kernel present on both sides launches >= 10 % more per hour (beyond hourly noise)."""
+    if ctx.scope == "gpu":
+        return None
     before, after = ctx.before.by_kernel_id(), ctx.after.by_kernel_id()
     hourly_b = _hourly_launches(ctx.before.kernels)
     hourly_a = _hourly_launches(ctx.after.kernels)
@@ -165,6 +179,8 @@ def more_launches(ctx: RegressionContext) -> Finding | None:
         if rel is None or rel < MIN_MORE_LAUNCHES or not beyond_noise(hourly_b.get(kid, ()), hourly_a.get(kid, ())):
             continue
         impact = (ra - rb) * (nsb / lb if lb else 0.0) / 1e9
+        if ctx.scope == "job" and _explained(ctx, impact) < MIN_EXPLAINED:
+            continue
         if best is None or impact > best[0]:
             best = (impact, rel, kid, name, rb, ra)
     if best is None:

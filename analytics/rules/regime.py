@@ -6,7 +6,8 @@ is backwards; here the thresholds follow Nsight Compute's speed-of-light guidanc
 *any* kernel ran, not SM throughput, so compute_bound also asks for a busy GPU (>= 90 %) with low
 DRAM traffic. These findings describe the regime; they rank below the specific causes (confidence
 <= 0.35) and are reported only when the regime was entered or deepened at onset (>= 10 points),
-because a regime that did not change cannot explain a step.
+because a regime that did not change cannot explain a step (a counter that rose by less, e.g.
+89.7 % -> 90.0 %, merely crossed the line by noise).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def _mean(window: Window, gpus, attr: str) -> float | None:
 
 
 def _entered(before: float | None, after: float | None, line: float, deepen: float) -> bool:
-    if after is None or after < line:
+    """After onset at or above ``line``, having risen by at least ``deepen`` (crossing by noise is not entering)."""
+    if after is None or before is None or after < line:
         return False
-    return before is None or before < line or after - before >= deepen
+    return after - before >= deepen
 
 
 def compute_bound(ctx: RegressionContext) -> Finding | None:

@@ -1,0 +1,244 @@
+"""Root-cause benchmark: does the right cause rank first, and is nothing claimed on clean data?
+
+For every injected kind of the simulator and several seeds, one scenario: simulate a fleet with that
+single injection, ingest it into a fresh DuckDB warehouse, run detection hour by hour as the hourly
+DAG does (analytics.detect.detect_regressions), attach causes (analytics.rules.attach_causes) when a
+regression is first reported (what an alert would say) and again at the end of the run (with the
+whole after-window). A regression matches the injection when it is on the injected job (or GPU)
+and its onset is within +-3 hours of the injected one. The top cause is correct when it is in
+``EXPECTED[kind]``.
+
+Clean data, two ways: (1) regression-free fleets through the same pipeline (any regression found
+is a false alarm; a cause claimed on it counts against the rules), and (2) a stress test of the
+rules alone: a pseudo-regression at a random onset on every kernel series, job and GPU of a clean
+fleet, so every rule is exercised on data where nothing changed.
+
+    .venv/bin/python benchmarks/rootcause.py --seeds 3 --workers 2 --json rootcause.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+
+#: Injected kind -> rules whose ranking first counts as correct.
+EXPECTED: dict[str, set[str]] = {
+    "kernel_slowdown": {"kernel_slower"},
+    "launch_config_change": {"launch_config_changed"},
+    "new_kernel": {"new_kernel"},
+    "kernel_vanished": {"kernel_vanished"},
+    "more_launches": {"more_launches"},
+    "pageable_memcpy": {"pageable_memcpy"},
+    "memcpy_throughput_drop": {"memcpy_throughput_drop"},
+    "clock_throttle": {"clock_throttle", "straggler_gpu"},
+    "gpu_idle_gaps": {"gpu_idle_gaps"},
+    "contention": {"contention"},
+}
+
+
+def _analyze_hourly(con, first: dt.datetime, last: dt.datetime) -> dict[str, object]:
+    """Hourly detection from ``first`` to ``last``; causes attached when an event is first reported.
+    Returns event_id -> Regression (with its causes at first report)."""
+    from analytics import detect, rules
+
+    at_detection: dict[str, object] = {}
+    hour = first
+    while hour <= last:
+        new = [r for r in detect.detect_regressions(con, hour) if r.event_id not in at_detection]
+        for r in rules.attach_causes(con, new):
+            at_detection[r.event_id] = r
+        hour += dt.timedelta(hours=1)
+    return at_detection
+
+
+def _matches(reg, truth: dict) -> bool:
+    onset = dt.datetime.fromisoformat(truth["onset"])
+    if abs((reg.onset - onset).total_seconds()) > 3 * 3600:
+        return False
+    if reg.gpu_uuid is not None:
+        return truth.get("gpu_uuid") == reg.gpu_uuid or reg.job == truth["job"]
+    return reg.job == truth["job"]
+
+
+#: Series an oracle regression (built from the ground truth, not detected) uses, per injected kind.
+ORACLE_SERIES = {
+    "kernel_slowdown": "kernel_mean_ns", "launch_config_change": "kernel_busy_s", "new_kernel": "kernel_busy_s",
+    "kernel_vanished": "kernel_launches", "more_launches": "kernel_launches", "clock_throttle": "gpu_sm_clock_mhz",
+}
+
+
+def oracle_regression(truth: dict):
+    """The regression a perfect detector would report for one injection (rules are judged alone)."""
+    from analytics.results import Regression
+
+    kind = truth["kind"]
+    series = ORACLE_SERIES.get(kind, "job_gpu_busy_s")
+    gpu = truth.get("gpu_uuid") if series.startswith("gpu_") else None
+    kid = truth.get("kernel_id") if series.startswith("kernel_") else None
+    return Regression(truth["job"], truth.get("kernel") if kid else None, kid, gpu, series,
+                      dt.datetime.fromisoformat(truth["onset"]), 1.0, 1.0 + truth["magnitude_pct"] / 100,
+                      truth["magnitude_pct"], 0.0, "medium")
+
+
+def _summary(reg) -> dict:
+    return {"event_id": reg.event_id, "series": reg.series, "job": reg.job, "kernel": (reg.kernel or "")[:60],
+            "gpu_uuid": reg.gpu_uuid, "onset": reg.onset.isoformat(), "magnitude_pct": round(reg.magnitude_pct, 2),
+            "causes": [[f.rule, f.confidence] for f in reg.causes]}
+
+
+def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int) -> dict:
+    """One fleet with one injection of ``kind`` (None: a clean fleet), analysed hour by hour."""
+    from analytics import detect, rules, warehouse
+    from cudawatch import simulator
+
+    tmp = Path(tempfile.mkdtemp(prefix="rootcause-"))
+    try:
+        injections = [] if kind is None else simulator.parse_injections([f"kind={kind},hour={onset}"])
+        t0 = time.perf_counter()
+        simulator.simulate_fleet(tmp / "shards", gpus=gpus, hours=hours, seed=seed, start=START, injections=injections)
+        truth = json.loads((tmp / "shards" / "ground_truth.json").read_text())
+        truth = truth.get("regressions", truth) if isinstance(truth, dict) else truth
+        con = warehouse.connect(tmp / "w.duckdb")
+        warehouse.ingest_shards(tmp / "shards", con)
+        last = START + dt.timedelta(hours=hours - 1)
+        # hourly runs from just before onset to 8 hours after it (new events show up there), then the last hour
+        first = START + dt.timedelta(hours=max(24, onset - 1) if kind else 24)
+        at_detection = _analyze_hourly(con, first, min(last, START + dt.timedelta(hours=onset + 8)))
+        at_detection.update({k: v for k, v in _analyze_hourly(con, last, last).items() if k not in at_detection})
+        final = {r.event_id: r for r in rules.attach_causes(con, detect.load_regressions(con))}
+        out = {"kind": kind, "seed": seed, "truth": truth, "seconds": round(time.perf_counter() - t0, 1), "events": []}
+        for event_id, r in final.items():
+            first_seen = at_detection.get(event_id, r)
+            matched = any(_matches(r, t) for t in truth) if truth else False
+            out["events"].append({"matched": matched, "at_detection": _summary(first_seen), "at_end": _summary(r)})
+        out["oracle"] = [_summary(r) for r in rules.attach_causes(con, [oracle_regression(t) for t in truth])]
+        if kind is None:
+            out["stress"] = stress_clean(con, START + dt.timedelta(hours=24), last - dt.timedelta(hours=4), seed)
+        con.close()
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stress_clean(con, lo: dt.datetime, hi: dt.datetime, seed: int) -> dict:
+    """Pseudo-regressions at random onsets on every kernel signature, job and GPU of a clean fleet."""
+    from analytics import rules
+    from analytics.results import Regression
+
+    rng = random.Random(seed)
+    span = int((hi - lo).total_seconds() // 3600)
+    regs = []
+    sigs = con.execute("SELECT DISTINCT job, kernel_id, kernel, signature FROM kernel_hourly ORDER BY ALL").fetchall()
+    for job, kid, kernel, sig in rng.sample(sigs, min(len(sigs), 60)):
+        regs.append(Regression(job, kernel, kid, None, "kernel_mean_ns", lo + dt.timedelta(hours=rng.randint(0, span)),
+                               1.0, 1.0, 0.0, 1.0, "low", signature=sig))
+    for (job,) in con.execute("SELECT DISTINCT job FROM kernels").fetchall():
+        regs.append(Regression(job, None, None, None, "job_gpu_busy_s", lo + dt.timedelta(hours=rng.randint(0, span)),
+                               1.0, 1.0, 0.0, 1.0, "low"))
+    for (gpu,) in con.execute("SELECT DISTINCT gpu_uuid FROM device").fetchall():
+        regs.append(Regression("", None, None, gpu, "gpu_sm_clock_mhz", lo + dt.timedelta(hours=rng.randint(0, span)),
+                               1.0, 1.0, 0.0, 1.0, "low"))
+    claimed = collections.Counter()
+    examples = []
+    for r in rules.attach_causes(con, regs):
+        for f in r.causes:
+            claimed[f.rule] += 1
+            if len(examples) < 5:
+                examples.append({"regression": _summary(r), "rule": f.rule, "evidence": dict(f.evidence)})
+    con.execute("DELETE FROM findings WHERE event_id IN (SELECT unnest(?::VARCHAR[]))", [[r.event_id for r in regs]])
+    return {"pseudo_regressions": len(regs), "with_cause": sum(1 for _ in claimed.elements()), "by_rule": dict(claimed),
+            "examples": examples}
+
+
+def confusion(results: list[dict], when: str) -> tuple[dict, dict]:
+    """kind -> Counter(top cause) over matched regressions, and kind -> (correct, detected)."""
+    table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    score: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    for res in results:
+        if res["kind"] is None:
+            continue
+        evs = [{"oracle": o} for o in res["oracle"]] if when == "oracle" else [e for e in res["events"] if e["matched"]]
+        for ev in evs:
+            causes = ev[when]["causes"]
+            top = causes[0][0] if causes else "none"
+            table[res["kind"]][top] += 1
+            score[res["kind"]][1] += 1
+            score[res["kind"]][0] += top in EXPECTED[res["kind"]]
+    return table, score
+
+
+def main(argv=None) -> int:
+    from cudawatch.simulator import injections as inj
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--gpus", type=int, default=16)
+    p.add_argument("--hours", type=int, default=48)
+    p.add_argument("--onset", type=int, default=32)
+    p.add_argument("--kinds", default=",".join(inj.KINDS))
+    p.add_argument("--clean", type=int, default=None, help="clean fleets (default: --seeds)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--json", type=Path, default=None, help="write all results here")
+    a = p.parse_args(argv)
+    kinds = [k for k in a.kinds.split(",") if k]
+    jobs = [(k, 1000 + s) for k in kinds for s in range(a.seeds)] + [(None, 2000 + s) for s in range(a.clean if a.clean is not None else a.seeds)]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(a.workers) as pool:
+        futs = [pool.submit(run_scenario, k, s, a.gpus, a.hours, a.onset) for k, s in jobs]
+        results = []
+        for f, (k, s) in zip(futs, jobs):
+            try:
+                results.append(f.result())
+            except Exception as exc:  # noqa: BLE001 - report and go on with the other scenarios
+                print(f"scenario {k} seed {s} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    elapsed = time.perf_counter() - t0
+    print(f"# root-cause benchmark: {len(results)} scenarios, {a.gpus} GPUs x {a.hours} h, onset hour {a.onset}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()} ({platform.processor() or platform.machine()}), {elapsed:.0f} s")
+    for when in ("oracle", "at_detection", "at_end"):
+        table, score = confusion(results, when)
+        cols = sorted({c for t in table.values() for c in t})
+        title = {"oracle": "rules alone: regressions built from the ground truth (a perfect detector)",
+                 "at_detection": "pipeline: detected regressions, causes when first reported",
+                 "at_end": "pipeline: detected regressions, causes at the end of the run"}[when]
+        print(f"\n## top cause; {title} (rows: injected kind; cells: regressions)\n")
+        print("| injected kind | detected | correct first | " + " | ".join(cols) + " |")
+        print("|---|---|---|" + "---|" * len(cols))
+        for k in kinds:
+            c, n = score.get(k, [0, 0])
+            print(f"| {k} | {n} | {c}/{n} ({100 * c / n:.0f} %) | " if n else f"| {k} | 0 | - | ", end="")
+            print(" | ".join(str(table[k].get(col, "")) for col in cols) + " |")
+        tot_c = sum(v[0] for v in score.values())
+        tot_n = sum(v[1] for v in score.values())
+        print(f"\ncorrect cause ranked first: {tot_c}/{tot_n} = {100 * tot_c / max(tot_n, 1):.1f} %")
+    undetected = [(r["kind"], r["seed"]) for r in results if r["kind"] and not any(e["matched"] for e in r["events"])]
+    print(f"\nscenarios whose injection was not detected: {len(undetected)} {undetected}")
+    extra = [(r["kind"], e["at_end"]) for r in results if r["kind"] for e in r["events"] if not e["matched"]]
+    print(f"unmatched regressions in injected scenarios: {len(extra)}; with a cause: {sum(1 for _, e in extra if e['causes'])}")
+    clean = [r for r in results if r["kind"] is None]
+    fp = [e for r in clean for e in r["events"]]
+    print(f"\n## clean fleets: {len(clean)}; regressions found: {len(fp)}; with a cause claimed: {sum(1 for e in fp if e['at_end']['causes'])}")
+    stress = collections.Counter()
+    n_pseudo = 0
+    for r in clean:
+        n_pseudo += r["stress"]["pseudo_regressions"]
+        stress.update(r["stress"]["by_rule"])
+    print(f"stress test: {n_pseudo} pseudo-regressions at random onsets on clean data; causes claimed: {sum(stress.values())} {dict(stress)}")
+    if a.json:
+        a.json.write_text(json.dumps({"args": vars(a) | {"json": str(a.json)}, "results": results}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
