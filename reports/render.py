@@ -166,17 +166,21 @@ def load_report_regressions(con, end: dt.datetime) -> list[Regression]:
 
 
 def classify(regressions: Iterable[Regression], start: dt.datetime, end: dt.datetime) -> list[tuple[str, Regression]]:
-    """Status of each regression relative to the report day: ``new`` (onset in the day),
-    ``ongoing`` (earlier onset, still open), ``resolved`` (resolved or went away). Regressions
+    """Status of each regression relative to the report day: ``new`` (onset or detection in the
+    day, so an event found hours after a late-evening onset is still new once), ``ongoing``
+    (earlier onset and detection, still open), ``resolved`` (resolved or went away). Regressions
     with an onset after the day are left out. Sorted by status, severity (worst first), magnitude."""
     out = []
     for r in regressions:
         onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
         if onset >= end:
             continue
+        detected = r.detected_at
+        if detected is not None and detected.tzinfo is None:
+            detected = detected.replace(tzinfo=dt.timezone.utc)
         if r.status in ("resolved", "went_away"):
             status = "resolved"
-        elif onset >= start:
+        elif start <= (detected or onset) < end or onset >= start:
             status = "new"
         else:
             status = "ongoing"

