@@ -14,7 +14,7 @@ measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cudawatch.shards import kernel_id_of
 

@@ -27,9 +27,9 @@ GPU_KINDS = {"clock_throttle", "contention"}
 #: kind -> (job, kernel substring or None, pct) of the default scenario.
 DEFAULT_TARGETS: dict[str, tuple[str, str | None, float]] = {
     "kernel_slowdown": ("train-llama", GEMM_TN_128, 12.0),
-    "launch_config_change": ("serve-llama", "vllm::rms_norm_kernel", 15.0),
+    "launch_config_change": ("train-vit", "vectorized_layer_norm_kernel", 15.0),
     "new_kernel": ("serve-llama", "bitonicSortKVInPlace", 10.0),
-    "more_launches": ("train-vit", "CUDAFunctor_add", 20.0),
+    "more_launches": ("train-llama", "direct_copy_kernel_cuda", 20.0),
     "pageable_memcpy": ("train-vit", None, 15.0),
     "clock_throttle": ("train-llama", None, 18.0),
     "memcpy_throughput_drop": ("train-vit", None, 30.0),

@@ -23,6 +23,8 @@ from cudawatch.simulator.noise import hourly_log_noise
 PAGEABLE_RATIO = 0.42
 #: Share of a GPU's time an intruding process (``contention``) keeps busy.
 INTRUDER_BUSY = 0.2
+#: Mean hours between restarts of a training job.
+RESTART_EVERY_H = 36.0
 #: Most kernel time a GPU can hold per wall-clock hour (launch gaps, host sync).
 MAX_BUSY = 0.97
 
@@ -80,7 +82,10 @@ class Plan:
     load: np.ndarray  # (jobs, hours) relative load (1 for training)
     throttle: np.ndarray  # (gpus, hours) SM-clock slowdown factor (1 = none)
     series_noise: np.ndarray  # (series, hours) log-multipliers
-    notes: dict = field(default_factory=dict)
+    restart: np.ndarray = None  # (jobs, hours) the job restarts in this hour (its first window is lost)
+    pid: np.ndarray = None  # (processes, hours) pid of the process incarnation running in each hour
+    run: np.ndarray = None  # (processes, hours) index into run_ids
+    run_ids: list = field(default_factory=list)
 
 
 CLASS_ORDER = tuple(KERNEL_CLASSES)
@@ -215,7 +220,32 @@ def build_plan(fleet: Fleet, injections: list[Resolved], hours: int, start_hour_
     _cap_busy(rows, steps, synchronous, fleet.gpus, hours)
     copies = _copy_rows(processes, jobs, proc_start, injections, hours, rng)
     series_noise = hourly_log_noise(rng, len(series_ids), hours, hourly_sigma)
-    return Plan(fleet, hours, jobs, processes, proc_start, kernels, rows, copies, steps, load, throttle, series_noise)
+    plan = Plan(fleet, hours, jobs, processes, proc_start, kernels, rows, copies, steps, load, throttle, series_noise)
+    _restarts(plan, rng)
+    return plan
+
+
+def _restarts(plan: Plan, rng: np.random.Generator, per_hours: float | None = None) -> None:
+    """Training jobs restart now and then (preemption, crash, resume from checkpoint): every rank
+    gets a new pid and run_id from the restart hour on, and the job is down for that hour's first
+    window. Restarts arrive as a Poisson process, about one per ``per_hours`` hours per job."""
+    H, P = plan.hours, len(plan.processes)
+    per_hours = per_hours or RESTART_EVERY_H
+    plan.restart = np.zeros((len(plan.jobs), H), bool)
+    for j, job in enumerate(plan.jobs):
+        if job.workload.kind == "training" and H > 2:
+            at = rng.integers(1, H, rng.poisson(H / per_hours))
+            plan.restart[j, at] = True
+    plan.pid = np.zeros((P, H), np.int64)
+    plan.run = np.zeros((P, H), np.int64)
+    for p, proc in enumerate(plan.processes):
+        pid, run = proc.pid, len(plan.run_ids)
+        plan.run_ids.append(proc.run_id)
+        for h in range(H):
+            if plan.restart[proc.job, h] and h > plan.proc_start[p]:
+                pid, run = int(rng.integers(2_000, 4_000_000)), len(plan.run_ids)
+                plan.run_ids.append(rng.bytes(8).hex())
+            plan.pid[p, h], plan.run[p, h] = pid, run
 
 
 def _cap_busy(rows: KernelRows, steps: np.ndarray, synchronous: np.ndarray, gpus: int, hours: int, cap: float = MAX_BUSY) -> None:

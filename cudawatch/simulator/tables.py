@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cudawatch.simulator.catalog import KERNEL_CLASSES
+from cudawatch.simulator.catalog import CLASS_NOISE, KERNEL_CLASSES
 from cudawatch.simulator.fleet import GPU_MODEL
-from cudawatch.simulator.noise import mixture_mean_factor, window_summaries
+from cudawatch.simulator.noise import WindowSampler, mixture_mean_factor
 from cudawatch.simulator.plan import CLASS_ORDER, Plan
 
 CUPTI_VERSION = "13.4.92"
@@ -47,8 +47,7 @@ class HourDrawer:
         f, p = plan.fleet, plan.processes
         self.proc_gpu = np.array([x.gpu for x in p], np.int64)
         self.proc_job = np.array([x.job for x in p], np.int64)
-        self.proc_pid = np.array([x.pid for x in p], np.int64)
-        self.run_ids = pa.array([x.run_id for x in p])
+        self.run_ids = pa.array(plan.run_ids)
         self.job_names = pa.array([j.name for j in plan.jobs])
         self.uuids = pa.array(f.gpu_uuid)
         self.host_names = pa.array(f.hosts)
@@ -62,6 +61,8 @@ class HourDrawer:
                 mem[g] = max(mem[g], j.workload.mem_gb * 1e9)
         self.mem_used = mem * (1 + rng.normal(0.0, 0.004, f.gpus))
         self.mix_factor = mixture_mean_factor(plan.rows.sigma, plan.rows.p_tail)
+        class_noise = np.array([CLASS_NOISE[c] for c in CLASS_ORDER])
+        self.sampler = WindowSampler(class_noise[:, 0], class_noise[:, 1])
         self.inference = np.array([j.workload.kind == "inference" for j in plan.jobs], float)
 
     # -- kernels ---------------------------------------------------------------------------------
@@ -77,10 +78,11 @@ class HourDrawer:
                 * np.exp(rng.normal(0.0, 0.003, idx.size)) / plan.fleet.gpu_speed[gpu] * load_term)
         rep = np.repeat(np.arange(idx.size), W)
         win = np.tile(np.arange(W), idx.size)
-        lam = lam_hour[rep] / W * np.exp(rng.normal(0.0, 0.015, rep.size))
+        down = plan.restart[job[rep], h] & (win == 0)
+        lam = lam_hour[rep] / W * np.exp(rng.normal(0.0, 0.015, rep.size)) * ~down
         median = (mean / self.mix_factor[idx])[rep] * np.exp(rng.normal(0.0, 0.003, rep.size))
         r = idx[rep]
-        launches, total, mn, mx, sumsq, offsets, hb, hc = window_summaries(rng, lam, median, rows.sigma[r], rows.p_tail[r])
+        launches, total, mn, mx, sumsq, offsets, hb, hc = self.sampler.draw(rng, lam, median, rows.klass[r])
         keep = launches > 0
         sel = np.nonzero(keep)[0]
         # Histogram list columns of the kept rows.
@@ -101,8 +103,8 @@ class HourDrawer:
             "gpu_index": pa.array(plan.fleet.gpu_local[g].astype(np.int16)),
             "gpu_model": pa.array([GPU_MODEL] * sel.size, pa.string()),
             "job": self.job_names.take(pa.array(rows.job[r])),
-            "run_id": self.run_ids.take(pa.array(proc)),
-            "pid": pa.array(self.proc_pid[proc].astype(np.int32)),
+            "run_id": self.run_ids.take(pa.array(plan.run[proc, h])),
+            "pid": pa.array(plan.pid[proc, h].astype(np.int32)),
             "kernel": self.kernel_names.take(pa.array(rows.kernel[r])),
             "kernel_id": self.kernel_ids.take(pa.array(rows.kernel[r])),
             "grid_x": pa.array(rows.grid[r, 0].astype(np.int32)),
@@ -136,7 +138,8 @@ class HourDrawer:
         idx = np.nonzero(plan.proc_start[c.proc] <= h)[0]
         rep = np.repeat(idx, W)
         win = np.tile(np.arange(W), idx.size)
-        lam = c.per_step[rep] * plan.steps[c.job[rep], h] / W * np.exp(rng.normal(0.0, 0.015, rep.size))
+        down = plan.restart[c.job[rep], h] & (win == 0)
+        lam = c.per_step[rep] * plan.steps[c.job[rep], h] / W * np.exp(rng.normal(0.0, 0.015, rep.size)) * ~down
         count = rng.poisson(lam)
         keep = count > 0
         rep, win, count = rep[keep], win[keep], count[keep]
@@ -156,8 +159,8 @@ class HourDrawer:
             "gpu_uuid": self.uuids.take(pa.array(g)),
             "gpu_index": pa.array(plan.fleet.gpu_local[g].astype(np.int16)),
             "job": self.job_names.take(pa.array(c.job[rep])),
-            "run_id": self.run_ids.take(pa.array(proc)),
-            "pid": pa.array(self.proc_pid[proc].astype(np.int32)),
+            "run_id": self.run_ids.take(pa.array(plan.run[proc, h])),
+            "pid": pa.array(plan.pid[proc, h].astype(np.int32)),
             "copy_kind": pa.array(kinds[rep, 0].tolist(), pa.string()),
             "src_kind": pa.array(src.tolist(), pa.string()),
             "dst_kind": pa.array(kinds[rep, 2].tolist(), pa.string()),
@@ -236,6 +239,8 @@ class HourDrawer:
         procs = np.nonzero(plan.proc_start <= h)[0]
         p = np.repeat(procs, W)
         win = np.tile(np.arange(W), procs.size)
+        up = ~(plan.restart[self.proc_job[p], h] & (win == 0))  # no collector runs while the job is down
+        p, win = p[up], win[up]
         rec = records[p, win].astype(np.int64)
         dropped = np.where(rng.random(p.size) < 0.004, np.rint(rec * rng.uniform(1e-5, 1e-3, p.size)), 0).astype(np.int64)
         callback = rec * 0.32e-6 * np.exp(rng.normal(0.0, 0.08, p.size))
@@ -246,8 +251,8 @@ class HourDrawer:
             "window_s": pa.array(np.full(p.size, self.window_s, np.int32)),
             "host": self.host_names.take(pa.array(plan.fleet.gpu_host[g])),
             "job": self.job_names.take(pa.array(self.proc_job[p])),
-            "run_id": self.run_ids.take(pa.array(p)),
-            "pid": pa.array(self.proc_pid[p].astype(np.int32)),
+            "run_id": self.run_ids.take(pa.array(plan.run[p, h])),
+            "pid": pa.array(plan.pid[p, h].astype(np.int32)),
             "records": pa.array(rec),
             "dropped_records": pa.array(dropped),
             "callback_s": pa.array(callback),
