@@ -40,7 +40,7 @@ import numpy as np
 from scipy import stats as _stats
 
 #: Defaults that work without per-series tuning (see docs/detection.md for how they were chosen).
-DEFAULTS = dict(min_size=3, window=48, max_pvalue=1e-5, min_magnitude_pct=2.0, period=None, hampel_k=4.0)
+DEFAULTS = dict(min_size=3, window=48, max_pvalue=1e-5, min_magnitude_pct=2.0, period=None, hampel_k=4.0, drift=0.0)
 
 
 class ChangePointError(ValueError):
@@ -72,6 +72,7 @@ def detect_change_points(
     min_magnitude_pct: float = DEFAULTS["min_magnitude_pct"],
     period: int | None = DEFAULTS["period"],
     hampel_k: float | None = DEFAULTS["hampel_k"],
+    drift: float = DEFAULTS["drift"],
 ) -> list[ChangePoint]:
     """Find significant level shifts in ``values``, sorted by index.
 
@@ -85,12 +86,16 @@ def detect_change_points(
         periods of data exist); None for no adjustment.
     hampel_k: replace points further than this many robust sigmas from the local median by the
         median (single outlier hours); None disables the filter.
+    drift: standard deviation per hour of a slow random-walk drift of the level, as a fraction of
+        the level (e.g. 0.0015); it widens the test so that wandering is not taken for a step
+        (var of a difference of window means gains drift^2 * level^2 * (n1 + n2) / 3). One series
+        is too short to estimate it; analytics.detect estimates it across the fleet.
 
     Returns [] for series too short to hold two segments and for constant series. Raises
     ChangePointError for input that is not 1-D numeric or holds infinities, and ValueError for
     bad options.
     """
-    if min_size < 1 or window < min_size or not (0 < max_pvalue <= 1) or min_magnitude_pct < 0:
+    if min_size < 1 or window < min_size or not (0 < max_pvalue <= 1) or min_magnitude_pct < 0 or not drift >= 0:
         raise ValueError(f"bad options: min_size={min_size}, window={window}, max_pvalue={max_pvalue}, min_magnitude_pct={min_magnitude_pct}")
     if period is not None and period < 2:
         raise ValueError(f"period must be >= 2 or None, got {period}")
@@ -119,7 +124,8 @@ def detect_change_points(
     if hampel_k is not None and sigma > 0:
         z = hampel(z, sigma, hampel_k)
     level = offset / s1  # a segment mean m of z is (m + level) * s1 * s0 in the caller's units
-    noise = robust_sigma(z) ** 2  # white-noise variance of the cleaned series (from differences)
+    # white-noise variance of the cleaned series (from differences) and drift variance per hour
+    noise = (robust_sigma(z) ** 2, (drift * abs(offset) / s1) ** 2)
     cps = _split(z, min_size, window, max_pvalue, noise)
     cps = _merge(z, sorted(cps), min_size, window, max_pvalue, min_magnitude_pct, level, noise)
     out = []
@@ -214,7 +220,7 @@ def _inflation(var, noise):
     return (1.0 + rho) / (1.0 - rho)
 
 
-def _local_t(z: np.ndarray, lo: int, hi: int, min_size: int, window: int, noise: float = 0.0):
+def _local_t(z: np.ndarray, lo: int, hi: int, min_size: int, window: int, noise=(0.0, 0.0)):
     """Local pooled-variance t statistic for every split tau in [lo+min_size, hi-min_size]."""
     seg = z[lo:hi]
     c1 = np.concatenate([[0.0], np.cumsum(seg)])
@@ -229,7 +235,7 @@ def _local_t(z: np.ndarray, lo: int, hi: int, min_size: int, window: int, noise:
     ss = np.maximum(q1 - s1 * m1, 0) + np.maximum(q2 - s2 * m2, 0)
     df = n1 + n2 - 2
     var = np.where(df > 0, ss / np.maximum(df, 1), 0.0)
-    se = np.sqrt(var * _inflation(var, noise) * (1.0 / n1 + 1.0 / n2))
+    se = np.sqrt(var * _inflation(var, noise[0]) * (1.0 / n1 + 1.0 / n2) + noise[1] * (n1 + n2) / 3.0)
     diff = m2 - m1
     # Float noise floor: differences at the rounding level of the data are no change.
     tiny = 1e-12 * (np.abs(m1) + np.abs(m2) + 1e-300)
@@ -271,7 +277,8 @@ def _test(z, lo, tau, hi, window, noise):
     df = left.size + right.size - 2
     ss = float(((left - m1) ** 2).sum() + ((right - m2) ** 2).sum())
     var = ss / df if df > 0 else 0.0
-    se = math.sqrt(var * float(_inflation(np.array(var), noise)) * (1 / left.size + 1 / right.size)) if df > 0 else 0.0
+    se = math.sqrt(var * float(_inflation(np.array(var), noise[0])) * (1 / left.size + 1 / right.size)
+                   + noise[1] * (left.size + right.size) / 3.0) if df > 0 else 0.0
     diff = m2 - m1
     tiny = 1e-12 * (abs(m1) + abs(m2) + 1e-300)
     if abs(diff) <= tiny:

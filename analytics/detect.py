@@ -30,8 +30,8 @@ from analytics.results import Finding, Regression
 OPEN = ("new", "ongoing")
 
 #: Preference when several series show one event of the same kernel (most specific first).
-_PRIORITY = {"kernel_mean_ns": 0, "kernel_launch_share": 1, "kernel_time_share": 2, "job_gpu_busy_s": 3,
-             "gpu_sm_clock_mhz": 4, "gpu_mem_clock_mhz": 5}
+_PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
+             "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "gpu_sm_clock_mhz": 6, "gpu_mem_clock_mhz": 7}
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS regressions (
@@ -69,6 +69,8 @@ class DetectConfig:
     dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
     min_share: kernel-level events below this share of their job's GPU time are not raised.
     screen_z: incremental mode's tail screen threshold; incremental=False analyses every series.
+    drift: relative random-walk drift per hour of the series' level (see detect_change_points);
+    None estimates it across the fleet's kernel series each run (``estimate_drift``).
     series: names of the series families (analytics.series.SPECS) to watch.
     """
 
@@ -83,12 +85,13 @@ class DetectConfig:
     dedup_hours: int = 2
     min_share: float = 0.005
     screen_z: float = 3.0
+    drift: float | None = None
     incremental: bool = True
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
 
     def cp_options(self, period: int | None) -> dict:
         return dict(min_size=self.min_size, window=self.window, max_pvalue=self.max_pvalue,
-                    min_magnitude_pct=self.min_magnitude_pct, period=period)
+                    min_magnitude_pct=self.min_magnitude_pct, period=period, drift=self.drift or 0.0)
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,34 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
                 break
         steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
     return steps
+
+
+def estimate_drift(values: np.ndarray, *, short: int = 6, long: int = 24, min_series: int = 10) -> float | None:
+    """Fleet-wide relative random-walk drift per hour, pooled over the rows of ``values``.
+
+    Each row is divided by its median; for a random walk of step variance q plus short-memory
+    noise, E (x[t+L] - x[t])^2 = const + L q once L exceeds the noise memory, so
+    q_i = (V_long - V_short) / (long - short), with robust scales (1.4826 x median |lag difference|,
+    not centred: a drift's trend is what we measure). The 20 %-trimmed mean of q_i over rows is
+    returned as a standard deviation (None when fewer than ``min_series`` rows qualify).
+    """
+    from scipy.stats import trim_mean
+
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 2 or values.shape[1] < long + 12:
+        return None
+    with np.errstate(all="ignore"), _quiet():
+        med = np.nanmedian(values, axis=1, keepdims=True)
+        r = values / np.where(med != 0, med, np.nan)
+
+        def robust_var(lag):
+            return (1.4826 * np.nanmedian(np.abs(r[:, lag:] - r[:, :-lag]), axis=1)) ** 2
+
+        q = (robust_var(long) - robust_var(short)) / (long - short)
+    q = q[np.isfinite(q)]
+    if q.size < min_series:
+        return None
+    return float(math.sqrt(max(float(trim_mean(q, 0.2)), 0.0)))
 
 
 def screen_tail(values: np.ndarray, bad: int, z: float, tails=(3, 6, 12)) -> np.ndarray:
@@ -233,7 +264,10 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     as_of = _utc_hour(as_of)
     existing = _known_events(con, as_of, config.lookback_hours)
     mats = {name: sr.load_matrix(con, sr.SPEC_BY_NAME[name], as_of, config.lookback_hours) for name in config.series}
-    shares = _shares(mats)
+    if config.drift is None:
+        ref = mats.get("kernel_mean_ns")
+        config = replace(config, drift=estimate_drift(ref.values) if ref is not None else None)
+    shares = _shares(con, as_of)
     gpu_jobs = _gpu_jobs(con, as_of, config.lookback_hours)
     candidates: list[_Candidate] = []
     updates: list[tuple] = []
@@ -276,16 +310,14 @@ def _known_events(con, as_of, lookback_hours) -> list[dict]:
     return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
-def _shares(mats) -> dict:
-    """GPU-time share of each (job, kernel_id) in its job over the window's last 24 hours."""
-    busy = mats.get("kernel_busy_s")
-    if busy is None:
-        return {}
-    recent = np.nansum(busy.values[:, -24:], axis=1)
-    per_job: dict[str, float] = {}
-    for (job, *_), v in zip(busy.keys, recent):
-        per_job[job] = per_job.get(job, 0.0) + v
-    return {(k[0], k[2]): (v / per_job[k[0]] if per_job[k[0]] > 0 else 0.0) for k, v in zip(busy.keys, recent)}
+def _shares(con, as_of) -> dict:
+    """GPU-time share of each (job, kernel_id) in its job over the last 24 hours up to ``as_of``."""
+    rows = con.execute(
+        """SELECT job, kernel_id, t / nullif(sum(t) OVER (PARTITION BY job), 0) FROM (
+             SELECT job, kernel_id, sum(total_ns) AS t FROM kernel_hourly
+             WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ? GROUP BY job, kernel_id)""",
+        [as_of, as_of]).fetchall()
+    return {(j, k): float(s or 0.0) for j, k, s in rows}
 
 
 def _gpu_jobs(con, as_of, hours) -> dict:
@@ -357,18 +389,10 @@ def _dedup(cands: list[_Candidate], existing: list[dict], config) -> list[_Candi
 
     def scope(c: _Candidate):
         r = c.reg
-        if r.gpu_uuid is not None:
-            return ("gpu", r.gpu_uuid)
-        if r.kernel_id is not None:
-            return ("kernel", r.job, r.kernel_id)
-        return ("job", r.job)
+        return _scope(r.series, r.job, r.kernel_id, r.gpu_uuid, r.signature)
 
     def scope_row(row):
-        if row["gpu_uuid"] is not None:
-            return ("gpu", row["gpu_uuid"])
-        if row["kernel_id"] is not None:
-            return ("kernel", row["job"], row["kernel_id"])
-        return ("job", row["job"])
+        return _scope(row["series"], row["job"], row["kernel_id"], row["gpu_uuid"], row["signature"])
 
     taken: list[tuple] = [(scope_row(r), r["onset"], r["job"]) for r in existing]
     kept: list[_Candidate] = []
@@ -391,6 +415,16 @@ def _dedup(cands: list[_Candidate], existing: list[dict], config) -> list[_Candi
     # job-level events found before a kernel event of the same job at the same onset are dropped too
     return [c for c in kept if not (scope(c)[0] == "job" and any(
         scope(k)[0] == "kernel" and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= near for k in kept))]
+
+
+def _scope(series, job, kernel_id, gpu_uuid, signature) -> tuple:
+    if gpu_uuid is not None:
+        return ("gpu", gpu_uuid)
+    if kernel_id is not None:
+        return ("kernel", job, kernel_id)
+    if series.startswith("memcpy_"):
+        return ("memcpy", job, signature)
+    return ("job", job)
 
 
 def _jobs_of_gpu_row(row) -> set:

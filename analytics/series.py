@@ -53,6 +53,13 @@ SPECS: tuple[SeriesSpec, ...] = (
           SELECT hour, job, kernel, kernel_id, NULL::VARCHAR AS gpu_uuid, signature,
                  mean_ns::DOUBLE AS value, launches::DOUBLE AS weight
           FROM kernel_hourly WHERE hour > ? AND hour <= ?)"""),
+    # Mean per-launch duration of a kernel over all its launch configurations: a launch
+    # configuration change ends one signature series and starts another; this series spans both.
+    SeriesSpec("kernel_id_mean_ns", +1, None, 20.0, True, f"""
+        SELECT {_COLS} FROM (
+          SELECT hour, job, any_value(kernel) AS kernel, kernel_id, NULL::VARCHAR AS gpu_uuid, NULL::VARCHAR AS signature,
+                 (sum(mean_ns * launches) / nullif(sum(launches), 0))::DOUBLE AS value, sum(launches)::DOUBLE AS weight
+          FROM kernel_hourly WHERE hour > ? AND hour <= ? GROUP BY hour, job, kernel_id)"""),
     # A kernel's share of its job's GPU time and of its job's launches in each hour (0 in hours the
     # job ran without it). Shares cancel the job's load (diurnal cycles, more or fewer GPUs), so they
     # need no seasonal model: they catch new kernels, more launches and costlier launch configurations.
@@ -63,6 +70,12 @@ SPECS: tuple[SeriesSpec, ...] = (
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
                NULL::VARCHAR AS signature, gpu_busy_s::DOUBLE AS value, launches::DOUBLE AS weight
         FROM job_hourly WHERE hour > ? AND hour <= ?"""),
+    # Copy time per byte of a job's memory copies of one kind (HtoD, DtoH, ...): pageable host
+    # memory or a slower link shows here. The copy kind is reported as the signature.
+    SeriesSpec("memcpy_ns_per_byte", +1, None, 1.0, False, """
+        SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
+               copy_kind AS signature, (sum(total_ns) / nullif(sum(bytes), 0))::DOUBLE AS value, sum(count)::DOUBLE AS weight
+        FROM memcpy_hourly WHERE hour > ? AND hour <= ? GROUP BY hour, job, copy_kind"""),
     # Device counters per GPU: a throttled GPU shows a lower SM clock.
     SeriesSpec("gpu_sm_clock_mhz", -1, None, 1.0, False, """
         SELECT hour, NULL::VARCHAR AS job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, gpu_uuid,
