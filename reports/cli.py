@@ -33,7 +33,7 @@ def report(
 
         from analytics import warehouse
 
-        con = warehouse.connect(db)
+        con = warehouse.connect(db, read_only=True)
         try:
             rendered = render.build_report(con, render._parse_day(date, con), image_mode="cid")
         finally:

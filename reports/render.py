@@ -162,7 +162,27 @@ def load_report_regressions(con, end: dt.datetime) -> list[Regression]:
     except ImportError:
         return []
     has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'regressions'").fetchone()[0]
-    return list(load_regressions(con, until=end)) if has else []
+    if not has:
+        return []
+    # load_regressions runs CREATE TABLE IF NOT EXISTS, which DuckDB refuses on a read-only
+    # connection even when the table exists; the table is there, so those statements are skipped.
+    return list(load_regressions(_SkipCreate(con), until=end))
+
+
+class _SkipCreate:
+    """A connection wrapper that skips ``CREATE ... IF NOT EXISTS`` statements (the tables exist)
+    and passes everything else through, so readers work on read-only connections."""
+
+    def __init__(self, con):
+        self._con = con
+
+    def execute(self, sql, *args, **kwargs):
+        if sql.lstrip().upper().startswith("CREATE") and "IF NOT EXISTS" in sql.upper():
+            return self._con
+        return self._con.execute(sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
 
 
 def classify(regressions: Iterable[Regression], start: dt.datetime, end: dt.datetime) -> list[tuple[str, Regression]]:
@@ -330,10 +350,7 @@ def write_report(db, out, date: str | dt.date | None = None, *, regressions: lis
     from analytics import warehouse
 
     out = Path(out)
-    if not Path(db).exists():
-        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
-    # writable: analytics.detect.load_regressions creates its tables when missing
-    con = warehouse.connect(db)
+    con = warehouse.connect(db, read_only=True)
     try:
         day = _parse_day(date, con)
         rendered = build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from analytics import pipeline, warehouse
 from cudawatch.cli import app
+from reports import data, render
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +71,14 @@ def test_report_shows_the_detectors_regressions(analysed_db, tmp_path):
     for r in regs:
         assert f'id="r-{r.event_id}"' in html
         assert (tmp_path / f"report-{r.event_id}.html").exists()
+
+
+def test_report_reads_the_detectors_table_on_a_read_only_connection(analysed_db):
+    db, regs = analysed_db
+    con = warehouse.connect(db, read_only=True)
+    try:
+        rep = render.build_report(con, data.last_day(con), image_mode="cid")
+    finally:
+        con.close()
+    assert all(f'id="r-{r.event_id}"' in rep.html for r in regs)
+    assert len(rep.images) == 2 + len(regs)

@@ -19,9 +19,9 @@ DAY2 = DAY1 + dt.timedelta(days=1)
 
 @pytest.fixture(scope="module")
 def day1(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = warehouse.connect(fleet_db, read_only=True)
     try:
-        yield render.build_report(con, DAY1, regressions=fleet.regressions(), detail_href=lambda r: f"d-{r.event_id}.html")
+        return render.build_report(con, DAY1, regressions=fleet.regressions(), detail_href=lambda r: f"d-{r.event_id}.html")
     finally:
         con.close()
 
