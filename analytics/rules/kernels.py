@@ -116,7 +116,8 @@ def launch_config_changed(ctx: RegressionContext) -> Finding | None:
 
 
 def _mix(ctx: RegressionContext, present, absent, window_present, window_absent):
-    """Kernels (by kernel_id) that ran >= MIN_HOURS hours with >= 1 % of GPU time on one side and not at all on the other."""
+    """Kernels (by kernel_id) that ran >= MIN_HOURS hours with >= 1 % of GPU time on one side and not at all on the other
+    (the share test is waived for a kernel series' own kernel)."""
     if window_absent.hours < MIN_HOURS or window_present.hours < 1:
         return []
     total = window_present.kernel_ns or 1.0
@@ -124,8 +125,10 @@ def _mix(ctx: RegressionContext, present, absent, window_present, window_absent)
     for k in window_present.kernels:
         hours[k.kernel_id] = max(hours.get(k.kernel_id, 0), len(k.hourly_mean_ns))
     need = min(MIN_HOURS, window_present.hours)
+    # the regression's own kernel counts whatever its share: the detector already judged it worth a look
+    own = ctx.regression.kernel_id if ctx.scope == "kernel" else None
     return [(kid, name, launches, ns) for kid, (name, launches, ns) in present.items()
-            if kid not in absent and ns / total >= MIN_MIX_SHARE and hours.get(kid, 0) >= need]
+            if kid not in absent and (ns / total >= MIN_MIX_SHARE or kid == own) and hours.get(kid, 0) >= need]
 
 
 def new_kernel(ctx: RegressionContext) -> Finding | None:

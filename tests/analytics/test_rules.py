@@ -149,6 +149,13 @@ def test_kernel_vanished_positive():
     assert own.confidence == pytest.approx(0.85)
 
 
+def test_kernel_vanished_own_kernel_counts_whatever_its_share():
+    tiny = kstats(kid=ELTW, name="ncclDevKernel_AllReduce_Sum", mean=100.0, rate=10.0)
+    assert rules.kernel_vanished(ctx({"kernels": [kstats(), tiny]}, series="job_gpu_busy_s", kernel_id=None)) is None
+    own = rules.kernel_vanished(ctx({"kernels": [kstats(), tiny]}, series="kernel_launches", kernel_id=ELTW))
+    assert own.evidence["kernels"][0]["kernel"] == "ncclDevKernel_AllReduce_Sum"
+
+
 def test_kernel_vanished_negative_sporadic_kernel():
     sporadic = kstats(kid=ELTW, mean=50_000.0, hours=2)  # ran only 2 hours before onset
     assert rules.kernel_vanished(ctx({"kernels": [kstats(), sporadic]}, series="job_gpu_busy_s", kernel_id=None)) is None
