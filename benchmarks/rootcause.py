@@ -95,7 +95,9 @@ def oracle_regression(truth: dict):
 def _summary(reg) -> dict:
     return {"event_id": reg.event_id, "series": reg.series, "job": reg.job, "kernel": (reg.kernel or "")[:60],
             "gpu_uuid": reg.gpu_uuid, "onset": reg.onset.isoformat(), "magnitude_pct": round(reg.magnitude_pct, 2),
-            "causes": [[f.rule, f.confidence] for f in reg.causes]}
+            "causes": [[f.rule, f.confidence] for f in reg.causes],
+            "top": {"rule": reg.causes[0].rule, "evidence": dict(reg.causes[0].evidence),
+                    "recommendation": reg.causes[0].recommendation} if reg.causes else None}
 
 
 def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int) -> dict:
@@ -191,6 +193,7 @@ def main(argv=None) -> int:
     p.add_argument("--clean", type=int, default=None, help="clean fleets (default: --seeds)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="write all results here")
+    p.add_argument("--examples", action="store_true", help="print one finding's evidence per kind (for the docs)")
     a = p.parse_args(argv)
     kinds = [k for k in a.kinds.split(",") if k]
     jobs = [(k, 1000 + s) for k in kinds for s in range(a.seeds)] + [(None, 2000 + s) for s in range(a.clean if a.clean is not None else a.seeds)]
@@ -235,6 +238,12 @@ def main(argv=None) -> int:
         n_pseudo += r["stress"]["pseudo_regressions"]
         stress.update(r["stress"]["by_rule"])
     print(f"stress test: {n_pseudo} pseudo-regressions at random onsets on clean data; causes claimed: {sum(stress.values())} {dict(stress)}")
+    if a.examples:
+        print("\n## examples (top finding of the first oracle regression of each kind)\n")
+        for k in kinds:
+            top = next((o["top"] for r in results if r["kind"] == k for o in r["oracle"] if o["top"]), None)
+            if top:
+                print(f"* `{k}` -> `{top['rule']}`: `{json.dumps(top['evidence'], default=str)}`")
     if a.json:
         a.json.write_text(json.dumps({"args": vars(a) | {"json": str(a.json)}, "results": results}, indent=1, default=str))
     return 0

@@ -164,3 +164,23 @@ def test_clean_job_gets_no_causes(tmp_path):
     (out,) = rules.attach_causes(c, [reg()], hours=WIN)
     assert out.causes == ()
     assert c.execute("SELECT count(*) FROM findings").fetchone()[0] == 0
+
+
+def test_cli_analyze_json_fills_causes_on_a_simulated_fleet(tmp_path):
+    """End to end: simulator shards -> ingest -> `cudawatch analyze --json` names the injected cause first."""
+    from typer.testing import CliRunner
+
+    from cudawatch import simulator
+    from cudawatch.cli import app
+
+    simulator.simulate_fleet(tmp_path / "shards", gpus=4, hours=32, seed=3, start=START,
+                             injections=simulator.parse_injections(["kind=kernel_slowdown,hour=27,pct=15"]))
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "--shards", str(tmp_path / "shards"), "--db", str(tmp_path / "w.duckdb")]).exit_code == 0
+    out = runner.invoke(app, ["analyze", "--db", str(tmp_path / "w.duckdb"), "--json"])
+    assert out.exit_code == 0, out.output
+    truth = json.loads((tmp_path / "shards" / "ground_truth.json").read_text())
+    truth = truth.get("regressions", truth) if isinstance(truth, dict) else truth
+    hits = [r for r in json.loads(out.output) if r["kernel_id"] == truth[0]["kernel_id"]]
+    assert hits and hits[0]["causes"][0] == "kernel_slower"
+    assert all(set(r["causes"]) <= set(rules.RULES) for r in json.loads(out.output))
