@@ -119,13 +119,20 @@ def _fmt_ts(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
-def _fmt_evidence(value: Any) -> str:
+def _fmt_evidence(value: Any, limit: int = 240) -> str:
+    """One evidence value as text; ``limit`` > 0 shortens long values (lists of kernel names) in the
+    middle, 0 keeps everything (detail page)."""
+    text = _evidence_text(value)
+    return truncate_middle(text, limit) if limit and len(text) > limit else text
+
+
+def _evidence_text(value: Any) -> str:
     if isinstance(value, float):
         return _fmt_num(value, 4)
     if isinstance(value, (list, tuple)):
-        return ", ".join(_fmt_evidence(v) for v in value[:12]) + (f" … (+{len(value) - 12})" if len(value) > 12 else "")
+        return ", ".join(_evidence_text(v) for v in value[:12]) + (f" … (+{len(value) - 12})" if len(value) > 12 else "")
     if isinstance(value, Mapping):
-        return "; ".join(f"{k}={_fmt_evidence(v)}" for k, v in list(value.items())[:12])
+        return "; ".join(f"{k}={_evidence_text(v)}" for k, v in list(value.items())[:12])
     if isinstance(value, dt.datetime):
         return _fmt_ts(value)
     return str(value)
