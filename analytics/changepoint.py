@@ -210,18 +210,23 @@ def _inflation(var, noise):
 
     rho = 1 - noise / var, from the within-segment variance ``var`` and the white-noise variance
     ``noise`` estimated from first differences (for AR(1) noise, var(diff) = 2 var (1 - rho));
-    clipped to [0, 0.9]. Without the correction hourly noise that wanders (as real GPU series do)
+    clipped to [0, 0.5] (a factor of at most 3). Without the correction hourly noise that wanders (as real GPU series do)
     makes the t test overconfident (Lund et al., "Changepoint detection in periodic and
     autocorrelated time series", J. Climate 2007, doi:10.1175/JCLI4291.1).
     """
     with np.errstate(divide="ignore", invalid="ignore"):
-        rho = np.clip(1.0 - noise / var, 0.0, 0.9)
+        rho = np.clip(1.0 - noise / var, 0.0, 0.5)
     rho = np.where(np.isfinite(rho), rho, 0.0)
     return (1.0 + rho) / (1.0 - rho)
 
 
 def _local_t(z: np.ndarray, lo: int, hi: int, min_size: int, window: int, noise=(0.0, 0.0)):
-    """Local pooled-variance t statistic for every split tau in [lo+min_size, hi-min_size]."""
+    """Local t statistic for every split tau in [lo+min_size, hi-min_size].
+
+    The scale is the series' white-noise sigma (from first differences) plus the drift term, not
+    the pooled within-window variance: another step inside the window would inflate the latter
+    and hide both steps (the split pass only proposes candidates; the merge pass tests them on
+    their own segments with the pooled variance)."""
     seg = z[lo:hi]
     c1 = np.concatenate([[0.0], np.cumsum(seg)])
     c2 = np.concatenate([[0.0], np.cumsum(seg * seg)])
@@ -234,8 +239,9 @@ def _local_t(z: np.ndarray, lo: int, hi: int, min_size: int, window: int, noise=
     m1, m2 = s1 / n1, s2 / n2
     ss = np.maximum(q1 - s1 * m1, 0) + np.maximum(q2 - s2 * m2, 0)
     df = n1 + n2 - 2
-    var = np.where(df > 0, ss / np.maximum(df, 1), 0.0)
-    se = np.sqrt(var * _inflation(var, noise[0]) * (1.0 / n1 + 1.0 / n2) + noise[1] * (n1 + n2) / 3.0)
+    pooled = np.where(df > 0, ss / np.maximum(df, 1), 0.0)
+    var = np.where(noise[0] > 0, noise[0], pooled)
+    se = np.sqrt(var * (1.0 / n1 + 1.0 / n2) + noise[1] * (n1 + n2) / 3.0)
     diff = m2 - m1
     # Float noise floor: differences at the rounding level of the data are no change.
     tiny = 1e-12 * (np.abs(m1) + np.abs(m2) + 1e-300)

@@ -160,8 +160,27 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
             if bad * (later.mean_after - later.mean_before) < 0 and abs(later.mean_after - cp.mean_before) <= 0.5 * abs(jump):
                 revert = later.index
                 break
+        if _onset_not_yet_clear(values, cp, bad, config.min_size):
+            continue
         steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
     return steps
+
+
+def _onset_not_yet_clear(values: np.ndarray, cp, bad: int, min_size: int, window: int = 48) -> bool:
+    """True when the new segment is still short and its first point sits on the old side of the
+    midpoint between the raw medians of the old and the new level: with ``min_size`` points
+    required, a step one hour old plus one high old-level hour can pass the test with the onset an
+    hour early. Waiting a run places it right."""
+    after = values[cp.index :]
+    after = after[~np.isnan(after)]
+    if after.size >= 2 * min_size or after.size == 0:
+        return False
+    before = values[max(0, cp.index - window) : cp.index]
+    before = before[~np.isnan(before)]
+    if before.size == 0:
+        return False
+    mid = 0.5 * (float(np.median(before)) + float(np.median(after)))
+    return bad * (after[0] - mid) <= 0
 
 
 def estimate_drift(values: np.ndarray, *, short: int = 6, long: int = 24, min_series: int = 10) -> float | None:
