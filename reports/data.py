@@ -231,9 +231,12 @@ class DataGaps:
 
 
 def data_gaps(con, start: dt.datetime, end: dt.datetime, last_hour: dt.datetime | None = None) -> DataGaps:
-    """Missing shards per (table, host): a host that wrote a table during the window but has hours
-    with no shard of it, from ``shard_ledger.partition_hour``; plus the quarantined shards of the
-    window with their reasons. Hours after ``last_hour`` (the newest data) are not expected yet."""
+    """Missing shards per (table, host), from ``shard_ledger.partition_hour``: for ``device`` (the
+    node agent runs all the time) every hour of the window without a shard from a host that wrote
+    device shards that day; for the per-process tables (kernels, memcpy, health) the hours without a
+    shard between the host's first and last shard of the day (jobs start and stop). Plus the
+    quarantined shards of the window with their reasons. Hours after ``last_hour`` (the newest
+    data) are not expected yet."""
     gaps = DataGaps()
     stop = min(end, last_hour + dt.timedelta(hours=1)) if last_hour else end
     expected = []
@@ -255,7 +258,12 @@ def data_gaps(con, start: dt.datetime, end: dt.datetime, last_hour: dt.datetime 
     for (table, host), hours in seen.items():
         tables.setdefault(table, set()).update(hours)
     for (table, host), hours in sorted(seen.items()):
-        missing = [h for h in expected if h not in hours]
+        window = expected
+        if table != "device":
+            # process tables: a job that starts or ends mid-day is not a gap; a hole between a
+            # host's first and last hour of the table is
+            window = [h for h in expected if min(hours) <= h <= max(hours)]
+        missing = [h for h in window if h not in hours]
         if missing:
             gaps.missing.append({"table": table, "host": host, "hours": missing, "ranges": hour_ranges(missing)})
     for q in _dicts(con, "SELECT path, table_name, reason, bytes, quarantined_at FROM quarantine ORDER BY path"):
