@@ -146,3 +146,30 @@ def test_escape_helpers():
     assert slack_code("a`b<c>") == "`a'b&lt;c&gt;`"
     assert plain("a\r\nb\x00c\u202e") == "a  bc"
     assert truncate_middle("x" * 50 + "TAIL", 20).endswith("TAIL") and len(truncate_middle("x" * 100, 20)) == 20
+
+
+def test_a_job_that_starts_late_is_not_a_gap_but_a_hole_is(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+
+    from cudawatch import shards
+
+    rng = np.random.default_rng(1)
+    root = tmp_path / "shards"
+    for hour in range(12):
+        h = fleet.START + dt.timedelta(hours=hour)
+        if hour not in (6, 7):  # host-x's collector lost two hours in the middle
+            shards.write_shard(root, "kernels", pa.Table.from_pylist(fleet._kernel_rows(rng, "host-x", 0, hour)), h, host="host-x", pid=1)
+        if hour >= 3:  # host-y's job started at 03:00
+            shards.write_shard(root, "kernels", pa.Table.from_pylist(fleet._kernel_rows(rng, "host-y", 0, hour)), h, host="host-y", pid=1)
+        if hour != 4:  # the agent is always on: a missing device hour is a gap
+            shards.write_shard(root, "device", pa.Table.from_pylist(fleet._device_rows(rng, "host-y", 0, hour)), h, host="host-y", pid=2)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    try:
+        warehouse.ingest_shards(root, con)
+        start, end = data.day_window(DAY1)
+        gaps = data.data_gaps(con, start, end, fleet.START + dt.timedelta(hours=11))
+    finally:
+        con.close()
+    assert [(g["table"], g["host"], g["ranges"]) for g in gaps.missing] == [
+        ("device", "host-y", "04:00–04:59"), ("kernels", "host-x", "06:00–07:59")]
