@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS quarantine (
 """
 
 
+_LEDGER_COLUMNS = ("shard_id", "path", "table_name", "partition_hour", "rows", "bytes")
+
+
 @dataclass
 class IngestResult:
     """What one ingest call did."""
@@ -68,8 +71,9 @@ def connect(db: str | os.PathLike, *, read_only: bool = False) -> duckdb.DuckDBP
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw tables, the ledger and the quarantine table if they are missing."""
     for name, schema in sh.SCHEMAS.items():
-        empty = pa.Table.from_pylist([], schema=schema)  # noqa: F841 (read by DuckDB below)
-        con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT *, 0::BIGINT AS shard_id FROM empty LIMIT 0")
+        con.register("_empty", pa.Table.from_pylist([], schema=schema))
+        con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT *, 0::BIGINT AS shard_id FROM _empty LIMIT 0")
+        con.unregister("_empty")
     con.execute(_LEDGER_DDL)
     con.execute(_VIEWS)
 
@@ -106,7 +110,7 @@ def ingest_shards(
 
 
 def _load_batch(con, table: str, batch, result: IngestResult) -> None:
-    parts, ledger = [], []
+    good = []
     for path, rel in batch:
         size = path.stat().st_size
         try:
@@ -116,26 +120,34 @@ def _load_batch(con, table: str, batch, result: IngestResult) -> None:
             con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)", [rel, table, reason, size])
             result.quarantined.append((rel, reason))
             continue
-        shard_id = con.execute("SELECT nextval('shard_id_seq')").fetchone()[0]
-        data = data.select(list(sh.SCHEMAS[table].names))
-        parts.append(data.append_column("shard_id", pa.array([shard_id] * data.num_rows, pa.int64())))
-        ledger.append((shard_id, rel, table, _partition_hour(rel), data.num_rows, size))
-    if not parts:
+        good.append((data.select(list(sh.SCHEMAS[table].names)), rel, size))
+    if not good:
         return
-    batch_table = pa.concat_tables(parts)  # noqa: F841 (read by DuckDB below)
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute(f"INSERT INTO {table} SELECT * FROM batch_table")
-        con.executemany(
-            "INSERT INTO shard_ledger (shard_id, path, table_name, partition_hour, rows, bytes) VALUES (?, ?, ?, ?, ?, ?)",
-            ledger,
+        ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(good)]).fetchall()]
+        batch_rows = pa.concat_tables(
+            data.append_column("shard_id", pa.array([shard_id] * data.num_rows, pa.int64()))
+            for shard_id, (data, _, _) in zip(ids, good)
         )
+        ledger = pa.Table.from_pylist(
+            [dict(zip(_LEDGER_COLUMNS, (shard_id, rel, table, _partition_hour(rel), data.num_rows, size)))
+             for shard_id, (data, rel, size) in zip(ids, good)]
+        )
+        # One INSERT from Arrow each (executemany would go row by row).
+        con.register("_batch_rows", batch_rows)
+        con.register("_batch_ledger", ledger)
+        con.execute(f"INSERT INTO {table} SELECT * FROM _batch_rows")
+        con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
-    result.loaded += len(ledger)
-    result.rows[table] = result.rows.get(table, 0) + batch_table.num_rows
+    finally:
+        con.unregister("_batch_rows")
+        con.unregister("_batch_ledger")
+    result.loaded += len(good)
+    result.rows[table] = result.rows.get(table, 0) + batch_rows.num_rows
 
 
 def _partition_hour(rel: str) -> dt.datetime | None:

@@ -250,7 +250,7 @@ def read_shard(path: str | os.PathLike, table_name: str | None = None) -> pa.Tab
     path = Path(path)
     table_name = table_name or table_of(path)
     try:
-        data = pq.read_table(path, partitioning=None)
+        data = pq.ParquetFile(path).read()
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise ShardError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from exc
     if "schema_version" not in data.column_names:
