@@ -1,7 +1,8 @@
 """Benchmark: wall time of ``simulate_fleet`` for the demo fleet and a 1,024-GPU day.
 
 Usage: ``.venv/bin/python benchmarks/simulate.py [--sizes 16x48,1024x24] [--out DIR] [--keep]``.
-Prints one line per size: GPUs, hours, seconds, shards, rows per table, bytes on disk, rows/s.
+Prints one line per size: GPUs, hours, wall and CPU seconds, the 1-minute load average at the end
+(the machine may be shared), shards, bytes on disk, rows/s and rows per table.
 Results are recorded in docs/benchmarks/simulator.md.
 """
 
@@ -28,12 +29,12 @@ def _du(path: Path) -> int:
 def run(gpus: int, hours: int, out: Path, seed: int = 7) -> dict:
     if out.exists():
         shutil.rmtree(out)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     truth = simulate_fleet(out, gpus=gpus, hours=hours, seed=seed, start=START)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     rows = sum(truth.rows.values())
-    return {"gpus": gpus, "hours": hours, "seconds": seconds, "shards": truth.shards, "rows": truth.rows,
-            "bytes": _du(out), "rows_per_s": rows / seconds}
+    return {"gpus": gpus, "hours": hours, "seconds": seconds, "cpu_s": cpu, "shards": truth.shards, "rows": truth.rows,
+            "bytes": _du(out), "rows_per_s": rows / seconds, "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -50,7 +51,8 @@ def main() -> None:
             gpus, hours = (int(x) for x in size.lower().split("x"))
             r = run(gpus, hours, base / f"{gpus}x{hours}")
             rows = ", ".join(f"{k}={v:,}" for k, v in r["rows"].items())
-            print(f"{gpus} GPUs x {hours} h: {r['seconds']:.1f} s, {r['shards']:,} shards, {r['bytes'] / 1e6:.1f} MB, "
+            print(f"{gpus} GPUs x {hours} h: {r['seconds']:.1f} s wall, {r['cpu_s']:.1f} s CPU (all threads), "
+                  f"load average {r['load']:.1f}, {r['shards']:,} shards, {r['bytes'] / 1e6:.1f} MB, "
                   f"{r['rows_per_s']:,.0f} rows/s ({rows})", flush=True)
     finally:
         if not args.keep and args.out is None:

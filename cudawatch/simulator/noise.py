@@ -23,8 +23,8 @@ import numpy as np
 
 from cudawatch.shards import HIST_BUCKETS_PER_OCTAVE
 
-TAIL_RATIO = 3.0
-TAIL_SIGMA = 0.6
+TAIL_RATIO = 2.5
+TAIL_SIGMA = 0.5
 _LN2_PER_BUCKET = math.log(2.0) / HIST_BUCKETS_PER_OCTAVE
 
 
