@@ -163,6 +163,30 @@ def test_clean_fleet_has_no_injections_and_realistic_noise(clean_run):
         FROM kernel_hourly WHERE job LIKE 'train-%'""").fetchall()
     med = float(np.median([m[0] for m in moves if m[0] is not None]))
     assert 0.003 < med < 0.03
+    # Outlier hours: a few percent of series-hours spike more than 8 % above the series' median.
+    spikes = con.execute("""
+        WITH s AS (SELECT mean_ns / median(mean_ns) OVER (PARTITION BY job, kernel_id, signature) - 1 AS dev
+                   FROM kernel_hourly)
+        SELECT avg((dev > 0.08)::INT), avg((dev < -0.08)::INT) FROM s""").fetchone()
+    assert 0.003 < spikes[0] < 0.06 and spikes[1] < 0.003
+
+
+def test_fleet_layout_for_large_fleets():
+    from cudawatch.simulator.fleet import build_fleet
+
+    fleet = build_fleet(1024, np.random.default_rng(0))
+    assert len(fleet.hosts) == 128 and fleet.hosts[0] == "gpu-node-000" and fleet.hosts[-1] == "gpu-node-127"
+    assert len(set(fleet.gpu_uuid)) == 1024 and all(u.startswith("GPU-") and len(u) == 40 for u in fleet.gpu_uuid)
+    by_kind: dict[str, list] = {}
+    for job in fleet.jobs:
+        by_kind.setdefault(job.workload.name, []).append(job)
+    assert {j.name for j in by_kind["train-llama"]} >= {"train-llama", "train-llama-2"}
+    assert all(len(j.gpus) == 32 for j in by_kind["train-llama"])  # 4 hosts per FSDP job
+    assert all(len(j.gpus) == 4 for j in by_kind["train-vit"])
+    assert all(len(j.gpus) == 32 for j in by_kind["serve-llama"])  # 4 replicas x 8 mixed hosts
+    gpus = sorted(g for j in fleet.jobs for g in j.gpus)
+    assert gpus == list(range(1024))  # every GPU runs exactly one job
+    assert len(fleet.processes) == 1024 and len({(p.pid, p.run_id) for p in fleet.processes}) == 1024
 
 
 def test_inference_load_is_diurnal(tmp_path):
