@@ -63,8 +63,14 @@ class ReportItem:
 
     @property
     def title(self) -> str:
-        what = self.r.kernel or self.r.gpu_uuid or self.r.series
-        return f"{truncate_middle(what, 90)}"
+        r = self.r
+        if r.kernel or r.gpu_uuid:
+            what = r.kernel or r.gpu_uuid
+        elif r.series.startswith("memcpy_") and r.signature:
+            what = f"{r.signature} copies"
+        else:
+            what = r.job
+        return truncate_middle(what, 90)
 
     @property
     def causes(self) -> list[Finding]:

@@ -36,7 +36,9 @@ def _subject(r: Regression) -> str:
         return slack_code(r.kernel, 150)
     if r.gpu_uuid:
         return "GPU " + slack_code(r.gpu_uuid, 80)
-    return slack_code(r.series, 80)
+    if r.series.startswith("memcpy_") and r.signature:
+        return slack_code(r.signature, 80) + " copies"
+    return "the whole job"
 
 
 def _cause_line(r: Regression) -> str:
@@ -68,7 +70,7 @@ def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
         fields.append(f"*Share of job GPU time*\n{100 * r.share_gpu_time:.1f}%")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": slack(title, 150), "emoji": True}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"*Kernel*: {_subject(r)}"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{'Kernel' if r.kernel else 'What'}*: {_subject(r)}"}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(r)}"[:3000]}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": f"event `{r.event_id}` · cudawatch"}]},
