@@ -260,6 +260,11 @@ def build_report(
     first, last = data.data_extent(con)
     if regressions is None:
         regressions = load_report_regressions(con, end)
+    if detail_href is None and report_url and report_url.endswith(".html"):
+        # the archived report has its detail pages beside it (write_report): link them from e-mail
+        base, _, page = report_url.rpartition("/")
+        stem = page[: -len(".html")]
+        detail_href = lambda r: f"{base}/{stem}-{r.event_id}.html"  # noqa: E731
     images: dict[str, bytes] = {}
 
     def img(name: str) -> str:
@@ -307,7 +312,7 @@ def build_report(
     html = _env().get_template("report.html").render(subject=subject, **ctx)
     text = _env(text=True).get_template("report.txt").render(subject=subject, **ctx)
     details = {}
-    if detail_href is not None:
+    if detail_href is not None and image_mode == "data":
         for item in items:
             details[item.r.event_id] = render_detail(con, item, day, report_href=report_href)
     return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details)

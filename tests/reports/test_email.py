@@ -102,3 +102,17 @@ def test_cli_email_without_smtp_host_is_a_clear_error(fleet_db, tmp_path, monkey
     monkeypatch.delenv("CUDAWATCH_SMTP_HOST", raising=False)
     res = CliRunner().invoke(app, ["report", "--db", str(fleet_db), "--out", str(tmp_path / "r.html"), "--email-to", "x@example.org"])
     assert res.exit_code == 2 and "CUDAWATCH_SMTP_HOST" in res.output
+
+
+def test_email_links_the_archived_report_and_its_detail_pages(fleet_db, fleet_regressions):
+    con = warehouse.connect(fleet_db, read_only=True)
+    try:
+        rep = render.build_report(con, fleet.START.date(), regressions=fleet_regressions, image_mode="cid",
+                                  report_url="https://reports.example/2026-11-01/report.html")
+    finally:
+        con.close()
+    assert 'href="https://reports.example/2026-11-01/report.html"' in rep.html
+    for r in fleet_regressions:
+        assert f'href="https://reports.example/2026-11-01/report-{r.event_id}.html"' in rep.html
+    assert "Full report with charts: https://reports.example/2026-11-01/report.html" in rep.text
+    assert rep.details == {}  # detail pages are files written by write_report, not mail parts
