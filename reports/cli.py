@@ -49,6 +49,7 @@ def report(
 def alert(
     db: Path = typer.Option(..., "--db", help="DuckDB warehouse file (holds the alert outbox)."),
     report_url: Optional[str] = typer.Option(None, "--report-url", help="Link to the report (default CUDAWATCH_REPORT_URL)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Send failed alerts again (e.g. after fixing a webhook URL)."),
 ) -> None:
     """Send new regressions to Slack (CUDAWATCH_SLACK_WEBHOOK_URL) and the JSON webhook
     (CUDAWATCH_WEBHOOK_URL); alerts that could not be delivered are retried by the next run."""
@@ -69,6 +70,13 @@ def alert(
         raise typer.Exit(2)
     con = warehouse.connect(db)
     try:
+        if retry_failed:
+            import datetime as dt
+
+            from reports import outbox
+
+            outbox.ensure_outbox(con)
+            typer.echo(f"requeued {outbox.requeue_failed(con, dt.datetime.now(dt.timezone.utc))} failed alerts")
         result = send_new_alerts(con, config, report_url=report_url)
     finally:
         con.close()

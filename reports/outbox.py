@@ -137,3 +137,16 @@ def mark_retry(con, row: OutboxRow, next_attempt_at: dt.datetime, error: str | N
 def mark_failed(con, row: OutboxRow, error: str | None) -> None:
     con.execute("UPDATE alert_outbox SET state = 'failed', last_error = ? WHERE event_id = ? AND channel = ?",
                 [(error or "")[:1000], row.event_id, row.channel])
+
+
+def requeue_failed(con, now: dt.datetime, channel: str | None = None) -> int:
+    """Put failed messages back to ``pending`` (e.g. after fixing a webhook URL); their age for
+    ``give_up_after`` restarts now. Returns how many were requeued."""
+    sql = "UPDATE alert_outbox SET state = 'pending', next_attempt_at = ?, created_at = ?, last_error = 'requeued after: ' || coalesce(last_error, '') WHERE state = 'failed'"
+    params: list[Any] = [now, now]
+    if channel:
+        sql += " AND channel = ?"
+        params.append(channel)
+    before = con.execute("SELECT count(*) FROM alert_outbox WHERE state = 'failed'").fetchone()[0]
+    con.execute(sql, params)
+    return before - con.execute("SELECT count(*) FROM alert_outbox WHERE state = 'failed'").fetchone()[0]

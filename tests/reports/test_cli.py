@@ -60,6 +60,14 @@ def test_alert_failure_exit_code(analysed_db, receiver, monkeypatch):
     monkeypatch.setenv("CUDAWATCH_WEBHOOK_URL", receiver.url + "/webhook")
     res = CliRunner().invoke(app, ["alert", "--db", str(analysed_db[0])])
     assert res.exit_code == 1 and "HTTP 410" in res.output
+    n = len(analysed_db[1])
+    assert len(receiver.on("/webhook")) == n
+    # the receiver is fixed: --retry-failed sends them again, a plain run would not
+    receiver.script["/webhook"] = []
+    assert CliRunner().invoke(app, ["alert", "--db", str(analysed_db[0])]).exit_code == 0 and len(receiver.on("/webhook")) == n
+    res = CliRunner().invoke(app, ["alert", "--db", str(analysed_db[0]), "--retry-failed"])
+    assert res.exit_code == 0 and f"requeued {n} failed alerts" in res.output and f"{n} sent" in res.output
+    assert len(receiver.unique) == n
 
 
 def test_report_shows_the_detectors_regressions(analysed_db, tmp_path):
