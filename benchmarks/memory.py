@@ -1,0 +1,176 @@
+"""Collector memory growth and shard volume on a real small PyTorch training loop.
+
+  python benchmarks/memory.py train --seconds 20           # the training loop alone (used under cudawatch collect)
+  python benchmarks/memory.py measure --seconds 150 --json mem.json [--no-collector]
+
+``measure`` starts the collector in-process (default settings, 60 s windows unless
+CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
+It reports the RSS slope (least squares over the run after the first 20 %, MiB per minute), the
+peak growth, the collector's open signatures, and the shard volume: bytes actually written, and an
+extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
+repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def train(seconds: float, log_every: int = 0) -> int:
+    """A small real training loop: conv net on synthetic 32x32 images, AdamW, bf16 autocast."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(128, 256, 3, padding=1), nn.BatchNorm2d(256), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(256, 10),
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    xs = torch.randn(8, 128, 3, 32, 32).pin_memory()
+    ys = torch.randint(0, 10, (8, 128)).pin_memory()
+    steps, t_end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        x = xs[steps % 8].to(dev, non_blocking=True)
+        y = ys[steps % 8].to(dev, non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        steps += 1
+        if steps % 50 == 0:
+            loss.item()
+        if log_every and steps % log_every == 0:
+            print(f"step {steps} loss {loss.item():.4f}", flush=True)
+    torch.cuda.synchronize()
+    return steps
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (t seconds, MiB) in MiB per minute."""
+    if len(points) < 3:
+        return float("nan")
+    mt = statistics.fmean(t for t, _ in points)
+    mv = statistics.fmean(v for _, v in points)
+    num = sum((t - mt) * (v - mv) for t, v in points)
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return 60.0 * num / den if den else float("nan")
+
+
+def day_volume(root: Path, tmp: Path) -> dict:
+    """Extrapolate shard bytes per GPU-day from the busiest real window under ``root``."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cudawatch.shards import list_shards, read_shard, write_shard
+
+    out = {}
+    day_bytes = 0
+    for table in ("kernels", "memcpy", "health"):
+        files = list_shards(root, table)
+        if not files:
+            continue
+        data = pa.concat_tables([read_shard(f, table) for f in files])
+        starts = data.column("window_start").to_pylist()
+        busiest = max(set(starts), key=starts.count)
+        one = data.filter(pc.equal(data.column("window_start"), pa.scalar(busiest, data.schema.field("window_start").type)))
+        window_s = int(one.column("window_s")[0].as_py())
+        hour0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+        parts = []
+        for i in range(3600 // window_s):
+            ts = pa.array([hour0 + dt.timedelta(seconds=i * window_s)] * one.num_rows, data.schema.field("window_start").type)
+            parts.append(one.set_column(one.schema.get_field_index("window_start"), "window_start", ts))
+        path = write_shard(tmp, table, pa.concat_tables(parts), hour0)
+        size = path.stat().st_size
+        out[table] = {"rows_per_window": one.num_rows, "hour_shard_bytes": size}
+        day_bytes += 24 * size
+    out["mb_per_gpu_day"] = day_bytes / 1e6
+    return out
+
+
+def measure(seconds: float, collect: bool) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
+    session = None
+    rss0 = _rss_mib()
+    if collect:
+        import collector
+
+        session = collector.start(job="memory-bench", out=root)
+        if not session.active:
+            raise SystemExit(f"collector did not start: {session.reason}")
+    samples: list[tuple[float, float]] = []
+    sigs: list[int] = []
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def sampler():
+        while not stop.wait(2.0):
+            samples.append((time.monotonic() - t0, _rss_mib()))
+            if session is not None:
+                sigs.append(session.agg.signatures())
+
+    th = threading.Thread(target=sampler, daemon=True)
+    th.start()
+    steps = train(seconds)
+    stop.set()
+    th.join()
+    result = {"collector": collect, "seconds": seconds, "steps": steps, "rss_start_mib": rss0,
+              "rss_end_mib": samples[-1][1] if samples else None, "rss_samples": samples}
+    tail = [p for p in samples if p[0] >= 0.2 * seconds]
+    result["rss_slope_mib_per_min"] = _slope(tail)
+    result["rss_growth_after_warmup_mib"] = (tail[-1][1] - tail[0][1]) if tail else None
+    if session is not None:
+        result["records"] = session.agg.records_total
+        result["max_open_signatures"] = max(sigs) if sigs else None
+        result["duty_final"] = session.controller.duty
+        result["dropped"] = None
+        import collector
+
+        collector.stop()
+        shards = [p for p in root.rglob("*.parquet") if ".spool" not in p.parts]
+        result["shards"] = len(shards)
+        result["shard_bytes_written"] = sum(p.stat().st_size for p in shards)
+        result["day_volume"] = day_volume(root, Path(tempfile.mkdtemp(prefix="cw-day-")))
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--seconds", type=float, default=20)
+    m = sub.add_parser("measure")
+    m.add_argument("--seconds", type=float, default=150)
+    m.add_argument("--no-collector", action="store_true")
+    m.add_argument("--json")
+    a = ap.parse_args()
+    if a.cmd == "train":
+        print(f"steps {train(a.seconds, log_every=200)}")
+        return
+    res = measure(a.seconds, not a.no_collector)
+    print(json.dumps({k: v for k, v in res.items() if k != "rss_samples"}, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""``cudawatch doctor``: can this host collect? Driver, CUDA, CUPTI, NVML, GPM, counter permissions, config.
+
+Each check returns a ``Check`` (name, status ``ok``/``warn``/``fail``, detail) and never raises: a
+missing piece is a finding, not a crash. Nothing here creates a CUDA context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+
+
+def check_driver() -> Check:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return Check("CUDA driver", "fail", f"libcuda.so.1 not loadable ({exc})")
+    v = ctypes.c_int(0)
+    if lib.cuDriverGetVersion(ctypes.byref(v)) != 0:
+        return Check("CUDA driver", "warn", "libcuda loaded but cuDriverGetVersion failed")
+    return Check("CUDA driver", "ok", f"CUDA {v.value // 1000}.{v.value % 1000 // 10} supported by the driver")
+
+
+def check_nvml() -> list[Check]:
+    try:
+        import pynvml as nv
+    except ImportError:
+        return [Check("NVML", "fail", "nvidia-ml-py not installed (pip install cudawatch[collector])")]
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as exc:
+        return [Check("NVML", "fail", f"nvmlInit failed: {exc}")]
+    out = []
+    try:
+        drv = nv.nvmlSystemGetDriverVersion()
+        n = nv.nvmlDeviceGetCount()
+        out.append(Check("NVML", "ok" if n else "fail", f"driver {drv if isinstance(drv, str) else drv.decode()}, {n} GPU(s)"))
+        for i in range(n):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            name = nv.nvmlDeviceGetName(h)
+            name = name if isinstance(name, str) else name.decode()
+            try:
+                gpm = bool(nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
+            except nv.NVMLError as exc:
+                gpm = False
+                name += f" (GPM query: {exc})"
+            out.append(Check(f"GPM on GPU {i}", "ok" if gpm else "warn",
+                             f"{name}: {'GPM metrics available' if gpm else 'no GPM (pre-Hopper or vGPU); NVML utilization only'}"))
+    finally:
+        nv.nvmlShutdown()
+    return out
+
+
+def check_cupti() -> Check:
+    try:
+        from collector.tracer import cupti_version
+    except ImportError as exc:
+        return Check("CUPTI", "fail", f"cupti-python not importable ({exc}); need cupti-python>=13.4")
+    except OSError as exc:
+        return Check("CUPTI", "fail", f"libcupti not loadable ({exc})")
+    version = cupti_version()
+    status = "ok"
+    if "cupti-python 13.0" in version:
+        status, version = "warn", version + " (13.0.x is ~15x slower per record; use >=13.4)"
+    return Check("CUPTI", status, version)
+
+
+def check_counter_permissions() -> Check:
+    p = Path("/proc/driver/nvidia/params")
+    try:
+        text = p.read_text()
+    except OSError:
+        return Check("GPU counter permissions", "warn", f"{p} unreadable; cannot tell whether PM sampling needs root")
+    for line in text.splitlines():
+        if line.startswith("RmProfilingAdminOnly"):
+            admin_only = line.split(":")[1].strip() == "1"
+            if admin_only and os.geteuid() != 0:
+                return Check("GPU counter permissions", "warn", "RmProfilingAdminOnly=1: PM sampling needs root or CAP_SYS_ADMIN (activity tracing and GPM do not)")
+            return Check("GPU counter permissions", "ok", f"RmProfilingAdminOnly={'1 (running as root)' if admin_only else '0'}")
+    return Check("GPU counter permissions", "warn", "RmProfilingAdminOnly not listed")
+
+
+def check_config() -> list[Check]:
+    from cudawatch.config import ConfigError, max_overhead_pct
+
+    out = []
+    try:
+        out.append(Check("overhead budget", "ok", f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"))
+    except ConfigError as exc:
+        out.append(Check("overhead budget", "fail", str(exc)))
+    root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
+    probe = root if root.exists() else root.parent if str(root.parent) else Path(".")
+    writable = os.access(probe if probe.exists() else ".", os.W_OK)
+    out.append(Check("shard root", "ok" if writable else "fail", f"{root} ({'writable' if writable else 'not writable'})"))
+    return out
+
+
+def run_checks() -> list[Check]:
+    checks = [check_driver()]
+    checks += check_nvml()
+    checks.append(check_cupti())
+    checks.append(check_counter_permissions())
+    checks += check_config()
+    return checks

@@ -1,0 +1,113 @@
+"""Replay of recorded CUPTI records through the real collector session, for tests and demos.
+
+``ReplayTracer`` has the interface of ``collector.tracer.CuptiTracer`` (attach, enable, disable,
+flush, dropped, detach) but reads records recorded on a GPU (``CUDAWATCH_RECORD_DUMP`` writes
+them; ``tests/data/cupti/records.jsonl.gz`` holds 4000 from an H200 training loop) and hands them
+to the aggregator at their recorded pace (or ``speed`` times faster, durations unchanged), shifted
+to the present, looping when they run out. With
+``CUDAWATCH_REPLAY=<file>`` a ``collector.start()`` uses it instead of CUPTI, so the whole session
+(duty cycle, windows, spool, rotation, SIGTERM and exit flush) runs on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+from collector.aggregate import Aggregator
+
+
+def load_records(path) -> tuple[list, list]:
+    """Kernel ``(start, end, signature)`` and copy tuples from a ``.jsonl.gz`` dump, in time order."""
+    kernels, copies = [], []
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            item = json.loads(line)
+            rec = item["rec"]
+            if item["kind"] == "kernel":
+                kernels.append((rec[0], rec[1], tuple(rec[2:])))
+            else:
+                copies.append(tuple(rec))
+    kernels.sort(key=lambda r: r[0])
+    copies.sort(key=lambda r: r[0])
+    return kernels, copies
+
+
+class ReplayTracer:
+    """Feeds recorded records to ``agg`` as if CUPTI had just delivered them."""
+
+    def __init__(self, agg: Aggregator, path, budget=None, *, speed: float | None = None) -> None:
+        import os
+
+        self.agg = agg
+        self.speed = float(speed or os.environ.get("CUDAWATCH_REPLAY_SPEED") or 1.0)
+        self.budget = budget
+        self._kernels, self._copies = load_records(path)
+        if not self._kernels and not self._copies:
+            raise ValueError(f"{path}: no records to replay")
+        starts = [r[0] for r in self._kernels[:1] + self._copies[:1]]
+        ends = [r[1] for r in self._kernels[-1:] + self._copies[-1:]]
+        self._t0 = min(starts)
+        self._span = max(ends) - self._t0 + 1
+        self.kernels = self.copies = self.overheads = self.overhead_ns = 0
+        self.callback_s = 0.0
+        self.buffers_requested = self.buffers_completed = 0
+        self.attached = self.enabled = False
+        self.clock_offset_ns = 0
+        self._delivered_until = 0  # replay-relative ns already handed out
+        self._wall0: int | None = None
+
+    def attach(self) -> None:
+        if not self.attached:
+            if self._wall0 is None:  # the replay clock starts at the first attach
+                self._wall0 = time.time_ns()
+                self.clock_offset_ns = self._wall0 - self._t0
+            # records of the detached interval are never delivered, as with CUPTI
+            self._delivered_until = int((time.time_ns() - self._wall0) * self.speed)
+            self.attached = True
+        self.enable()
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def flush(self, force: bool = True) -> None:
+        """Deliver the records whose recorded time has come (only while enabled, like CUPTI)."""
+        if not self.attached:
+            return
+        t0 = time.perf_counter()
+        now_rel = int((time.time_ns() - self._wall0) * self.speed)
+        lo, hi = self._delivered_until, now_rel
+        self._delivered_until = now_rel
+        if not self.enabled or hi <= lo:
+            return
+        ks, cs = [], []
+        first_loop, last_loop = lo // self._span, hi // self._span
+        for loop in range(first_loop, last_loop + 1):
+            shift = loop * self._span
+            for src, out in ((self._kernels, ks), (self._copies, cs)):
+                for r in src:
+                    rel = r[0] - self._t0 + shift
+                    if lo <= rel < hi:
+                        start = self._t0 + int(rel / self.speed)  # compressed timeline, real durations
+                        out.append((start, start + r[1] - r[0]) + tuple(r[2:]))
+        if ks:
+            self.agg.add_kernels(ks)
+        if cs:
+            self.agg.add_copies(cs)
+        self.kernels += len(ks)
+        self.copies += len(cs)
+        self.buffers_completed += 1
+        self.callback_s += time.perf_counter() - t0
+
+    def dropped(self) -> int:
+        return 0
+
+    def detach(self, *, final: bool = False) -> None:
+        if self.attached:
+            self.flush(True)
+        self.enabled = False
+        self.attached = False

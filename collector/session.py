@@ -1,0 +1,453 @@
+"""One collector session inside a user's process: start, duty-cycled tracing, windows, shards, stop.
+
+``start()`` never breaks the program: when the driver, a GPU or cupti-python is missing, or another
+CUPTI client is active, it prints one warning (``cudawatch: collector off: <why>``) and returns an
+inactive session. Otherwise a daemon thread runs the control loop (one iteration per period,
+default 1 s): trace for ``duty x period``, force-flush CUPTI, estimate the cost, choose the next
+duty (collector.control), close windows older than the grace time into the crash-safe spool, and
+rotate finished hours into shards (collector.spool). ``stop()`` (also at exit and on SIGTERM,
+chaining the handler that was installed before) flushes everything and writes the last shards.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from collector.aggregate import Aggregator
+from collector.control import DutyController
+from collector.rows import DeviceInfo, ProcessMeta
+from collector.spool import Spool, recover
+
+_WARNED_ENV = "CUDAWATCH_WARNED"
+_current: "Session | None" = None
+_lock = threading.Lock()
+
+
+def warn_once(message: str) -> None:
+    """Print one ``cudawatch:`` warning per process tree (children inherit the 'warned' mark)."""
+    if os.environ.get(_WARNED_ENV):
+        return
+    os.environ[_WARNED_ENV] = "1"
+    print(f"cudawatch: {message}", file=sys.stderr, flush=True)
+
+
+def job_name(explicit: str | None = None, argv: list[str] | None = None) -> str:
+    """The job label: explicit, ``CUDAWATCH_JOB``, Slurm or Kubernetes job names, else the script."""
+    for value in (explicit, os.environ.get("CUDAWATCH_JOB"), os.environ.get("SLURM_JOB_NAME"),
+                  os.environ.get("JOB_NAME"), os.environ.get("KUBERNETES_JOB_NAME")):
+        if value:
+            return value
+    argv = argv if argv is not None else sys.argv
+    if argv and argv[0] and argv[0] != "-c":
+        return Path(argv[0]).name
+    return "python"
+
+
+def preflight() -> str | None:
+    """Why collection cannot run here, or None. Loads no CUDA context (cuInit is never called)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no NVIDIA driver (libcuda.so.1 not found); the program runs without collection"
+    try:
+        import pynvml  # noqa: F401
+
+        try:
+            pynvml.nvmlInit()
+            n = pynvml.nvmlDeviceGetCount()
+            pynvml.nvmlShutdown()
+            if n == 0:
+                return "no GPU visible to NVML; the program runs without collection"
+        except pynvml.NVMLError as exc:
+            return f"NVML cannot see a GPU ({exc}); the program runs without collection"
+    except ImportError:
+        pass
+    try:
+        from collector import tracer  # noqa: F401  (imports cupti)
+    except ImportError as exc:
+        return f"cupti-python is not installed ({exc}); install cudawatch[collector] (cupti-python>=13.4)"
+    except OSError as exc:
+        return f"libcupti could not be loaded ({exc})"
+    try:
+        other = tracer.other_subscriber()
+    except Exception as exc:  # CUPTI init errors surface here (no device, virtualization, ...)
+        return f"CUPTI is unusable here ({exc})"
+    if other:
+        return f"stepping aside: {other}"
+    return None
+
+
+def device_map() -> dict[int, DeviceInfo]:
+    """CUDA device ordinal -> NVML UUID/index/model, honouring CUDA_VISIBLE_DEVICES (empty if no NVML)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)}
+        uuids = {i: _s(pynvml.nvmlDeviceGetUUID(h)) for i, h in handles.items()}
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        order = list(range(n))
+        if visible is not None:
+            order = []
+            for tok in (t.strip() for t in visible.split(",") if t.strip()):
+                if tok.isdigit() and int(tok) < n:
+                    order.append(int(tok))
+                else:
+                    order.extend(i for i, u in uuids.items() if u.startswith(tok))
+        return {ordinal: DeviceInfo(uuids[i], i, _s(pynvml.nvmlDeviceGetName(handles[i]))) for ordinal, i in enumerate(order)}
+    except Exception:
+        return {}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Session:
+    """A running (or inactive) collector.
+
+    Args:
+        job: job label (see ``job_name``).
+        out: shard root (defaults to ``CUDAWATCH_SHARDS`` or ``./shards``).
+        window_s: window length (default 60 s; ``CUDAWATCH_WINDOW_S``).
+        period_s: shortest duty-cycle control period (default 1 s; stretched to amortize
+            detach/attach cost, collector.control).
+        budget_pct: overhead budget (default ``cudawatch.config.max_overhead_pct()``).
+        buffer_mib: total CUPTI buffer memory (default 32).
+        adaptive: duty-cycle under the budget (False: trace all the time).
+        off_mode: how tracing pauses between on-phases: ``"detach"`` (cuptiFinalize, the default:
+            it restores the uninstrumented launch path) or ``"disable"`` (cuptiActivityDisable;
+            on the H200 it left most of the launch-path cost in place, docs/benchmarks/collector.md).
+    """
+
+    def __init__(self, job: str | None = None, out: str | os.PathLike | None = None, *, window_s: int | None = None,
+                 period_s: float = 1.0, budget_pct: float | None = None, buffer_mib: int = 32, adaptive: bool = True,
+                 off_mode: str | None = None, dump_path: str | None = None) -> None:
+        from cudawatch.config import max_overhead_pct
+
+        self.job = job_name(job)
+        self.out = Path(out or os.environ.get("CUDAWATCH_SHARDS") or "shards")
+        self.window_s = int(window_s or os.environ.get("CUDAWATCH_WINDOW_S") or 60)
+        self.period_s = float(os.environ.get("CUDAWATCH_PERIOD_S") or period_s)
+        self.budget_pct = budget_pct if budget_pct is not None else max_overhead_pct()
+        self.buffer_mib = buffer_mib
+        self.adaptive = adaptive and os.environ.get("CUDAWATCH_ADAPTIVE", "1") != "0"
+        self.off_mode = off_mode or os.environ.get("CUDAWATCH_OFF_MODE", "detach")
+        if self.off_mode not in ("detach", "disable"):
+            raise ValueError(f"off_mode must be 'detach' or 'disable', got {self.off_mode!r}")
+        self.dump_path = dump_path or os.environ.get("CUDAWATCH_RECORD_DUMP")
+        self.active = False
+        self.reason: str | None = None
+        self.stopped = False
+        self.controller = DutyController(self.budget_pct)
+        self._stop_evt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._prev_sigterm = None
+        self._stop_lock = threading.Lock()
+        self.duty_log: list[tuple] = []  # (unix time, duty, f_on, on_s, cost_s, cycle_s, period_s)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> "Session":
+        replay = os.environ.get("CUDAWATCH_REPLAY")
+        reason = None if replay else preflight()
+        if reason:
+            self.reason = reason
+            warn_once(f"collector off: {reason}")
+            return self
+        if replay:
+            from collector.replay import ReplayTracer as tracer_cls
+
+            version = f"replay of {Path(replay).name}"
+        else:
+            from collector.tracer import CuptiTracer as tracer_cls
+            from collector.tracer import cupti_version
+
+            version = cupti_version()
+        from collector.budget import BufferBudget
+
+        self.meta = ProcessMeta(host=socket.gethostname(), job=self.job, run_id=uuid.uuid4().hex[:16], pid=os.getpid(),
+                                cupti_version=version, alive_from_s=time.time(), budget_pct=self.budget_pct)
+        self.agg = Aggregator(self.window_s)
+        budget = BufferBudget(self.buffer_mib << 20)
+        if replay:
+            self.tracer = tracer_cls(self.agg, replay, budget)
+        else:
+            self.tracer = tracer_cls(self.agg, budget, dump_path=self.dump_path)
+        try:
+            self.tracer.attach()
+        except Exception as exc:
+            self.reason = f"CUPTI activity tracing could not start ({exc})"
+            warn_once(f"collector off: {self.reason}")
+            return self
+        self.agg.clock_offset_ns = self.tracer.clock_offset_ns
+        try:
+            recover(self.out)
+        except Exception:
+            pass
+        self.spool = Spool(self.out, self.meta, self.window_s)
+        self.active = True
+        self._hook_torch_profiler()
+        atexit.register(self.stop)
+        if threading.current_thread() is threading.main_thread():
+            self._prev_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._thread = threading.Thread(target=self._loop, name="cudawatch-collector", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Flush and write everything; idempotent, safe from atexit and signal handlers."""
+        with self._stop_lock:
+            if self.stopped or not self.active:
+                self.stopped = True
+                return
+            self.stopped = True
+        self._stop_evt.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        on_since = self._on_since
+        try:
+            if self.tracer.attached:
+                self.tracer.flush(True)
+        except Exception:
+            pass
+        now = time.time()
+        if self.tracer.enabled and on_since is not None:
+            self.agg.add_traced_time(on_since, now)
+        self._account(now, on_s=0.0)
+        try:
+            self.tracer.detach(final=True)
+        except Exception:
+            pass
+        self.meta.alive_to_s = now
+        self.meta.devices = self.meta.devices or device_map()
+        self.spool.add_windows(self.agg.take_all())
+        self.spool.rotate(final=True)
+        self.spool.close()
+        self._write_status(now)
+        self.active = False
+
+    def __enter__(self) -> "Session":
+        return self.start() if not self.active else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- control loop --------------------------------------------------------------------
+    _on_since: float | None = None
+    _last = (0, 0, 0.0, 0)
+
+    def _loop(self) -> None:
+        self._on_since = time.time()
+        next_rotate = 0.0
+        ctl = self.controller
+        while not self._stop_evt.is_set():
+            period = ctl.period_s() if self.adaptive else self.period_s
+            duty = ctl.duty if self.adaptive else 1.0
+            on_s = duty * period
+            cycle = 0.0
+            if not self.tracer.enabled:
+                t0 = time.perf_counter()
+                if not self._resume():
+                    return
+                cycle += time.perf_counter() - t0
+            if self._stop_evt.wait(on_s):
+                return
+            off_at = time.time()
+            paused = False
+            if duty < 1.0:
+                t0 = time.perf_counter()
+                paused = self._pause()  # detach flushes first
+                cycle += time.perf_counter() - t0
+            else:
+                try:
+                    self.tracer.flush(True)
+                except Exception:
+                    pass
+            on_from = self._on_since or off_at
+            self.agg.add_traced_time(on_from, off_at)
+            self._on_since = None if paused else off_at
+            est = self._account(off_at, on_s=off_at - on_from)
+            if self.adaptive:
+                if cycle > 0 and paused:
+                    ctl.note_cycle(cycle)
+                ctl.update(est)
+                self.duty_log.append((off_at, duty, est.fraction_on, est.on_s, est.cost_s, cycle, period))
+            now = time.time()
+            if now >= next_rotate:
+                self._close_windows(now)
+                next_rotate = now + min(self.window_s, 10)
+            rest = period - (time.time() - off_at) - on_s
+            if paused and rest > 0 and self._stop_evt.wait(rest):
+                return
+
+    def _pause(self) -> bool:
+        try:
+            if self.off_mode == "detach":
+                self.tracer.detach()
+            else:
+                self.tracer.disable()
+            return True
+        except Exception:
+            return False
+
+    def _resume(self) -> bool:
+        try:
+            if self.off_mode == "detach" or not self.tracer.attached:
+                self.tracer.attach()
+                self.agg.clock_offset_ns = self.tracer.clock_offset_ns
+            else:
+                self.tracer.enable()
+        except Exception as exc:
+            self.reason = f"CUPTI could not resume tracing ({exc})"
+            warn_once(f"collector off: {self.reason}")
+            return False
+        self._on_since = time.time()
+        return True
+
+    def _account(self, now: float, on_s: float):
+        t = self.tracer
+        k, c, cb, ovh = t.kernels, t.copies, t.callback_s, t.overhead_ns
+        lk, lc, lcb, lovh = self._last
+        self._last = (k, c, cb, ovh)
+        est = self.controller.estimate(on_s, k - lk, c - lc, cb - lcb, (ovh - lovh) * 1e-9)
+        self.agg.note_health(now, dropped=t.dropped(), callback_s=cb - lcb, cost_s=est.cost_s)
+        return est
+
+    def _close_windows(self, now: float) -> None:
+        closed = self.agg.take_closed(now, grace_s=2 * self.period_s + 1)
+        if closed:
+            if not self.meta.devices:
+                self.meta.devices = device_map()
+            self.spool.add_windows(closed)
+            self._write_status(now, closed[-1])
+        self.spool.rotate(now)
+
+    def _write_status(self, now: float, window=None) -> None:
+        """A small JSON the node agent exports as Prometheus metrics (``ROOT/.status/``)."""
+        try:
+            d = self.out / ".status"
+            d.mkdir(parents=True, exist_ok=True)
+            alive = max(now - self.meta.alive_from_s, 1e-9) if window is None else self.window_s
+            status = {"host": self.meta.host, "pid": self.meta.pid, "job": self.job, "run_id": self.meta.run_id,
+                      "ts": now, "duty": self.controller.duty if self.adaptive else 1.0,
+                      "overhead_pct": 100.0 * (window.cost_s if window else 0.0) / alive,
+                      "budget_pct": self.budget_pct, "dropped_records": window.dropped if window else 0,
+                      "records": self.agg.records_total, "shards_written": len(self.spool.shards_written),
+                      "running": not self.stopped}
+            tmp = d / f".tmp-{self.meta.host}-{self.meta.pid}.json"
+            tmp.write_text(json.dumps(status))
+            os.replace(tmp, d / f"{self.meta.host}-{self.meta.pid}.json")
+        except OSError:
+            pass
+
+    # ---- cooperation ---------------------------------------------------------------------
+    def _on_sigterm(self, signum, frame) -> None:
+        self.stop()
+        prev = self._prev_sigterm
+        if callable(prev):
+            prev(signum, frame)
+        elif prev == signal.SIG_IGN:
+            return
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _hook_torch_profiler(self) -> None:
+        """Step aside before torch.profiler prepares Kineto (it needs CUPTI for itself)."""
+        session = self
+
+        def install() -> bool:
+            mod = sys.modules.get("torch.autograd.profiler")
+            prof = getattr(mod, "profile", None) if mod else None
+            if prof is None or getattr(prof._prepare_trace, "_cudawatch", False):
+                return prof is not None
+            original = prof._prepare_trace
+
+            def _prepare_trace(self_, *a, **kw):
+                if session.active and not session.stopped:
+                    warn_once("collector off: stepping aside for torch.profiler (it needs CUPTI); shards so far are kept")
+                    session.stop()
+                return original(self_, *a, **kw)
+
+            _prepare_trace._cudawatch = True
+            prof._prepare_trace = _prepare_trace
+            return True
+
+        if not install():
+            sys.meta_path.insert(0, _AfterImport("torch.autograd.profiler", install))
+
+
+class _AfterImport:
+    """A meta-path finder that runs ``hook()`` right after module ``name`` has been executed."""
+
+    def __init__(self, name: str, hook) -> None:
+        self.name, self.hook = name, hook
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, hook, finder = spec.loader, self.hook, self
+
+        class _Loader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                try:
+                    sys.meta_path.remove(finder)
+                except ValueError:
+                    pass
+                sys.modules[fullname] = module
+                hook()
+
+        spec.loader = _Loader()
+        return spec
+
+
+def start(job: str | None = None, out: str | os.PathLike | None = None, **options) -> Session:
+    """Start the process-wide collector (a second call returns the running session)."""
+    global _current
+    with _lock:
+        if _current is not None and _current.active and not _current.stopped:
+            return _current
+        _current = Session(job, out, **options).start()
+        return _current
+
+
+def stop() -> None:
+    """Stop the process-wide collector and write its last shards."""
+    global _current
+    with _lock:
+        s, _current = _current, None
+    if s is not None:
+        s.stop()
+
+
+def current() -> Session | None:
+    return _current

@@ -1,0 +1,163 @@
+"""Crash-safe window spool and hourly shard rotation.
+
+Each closed window is written at once to a small Parquet file in ``ROOT/.spool/<session>/``
+(temporary name, fsync, rename), so a crash or SIGKILL loses at most the window still open. Once an
+hour is over (and on exit), the hour's spooled windows are combined into one shard per table with
+``cudawatch.shards.write_shard`` and the spool files are removed. ``recover`` turns the spool of a
+dead process into shards: ``cudawatch collect`` runs it after its child exits, and every collector
+runs it at start for sessions whose process is gone.
+
+Readers never look into ``.spool`` (shards live under ``ROOT/<table>/date=.../hour=.../``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector.aggregate import Window
+from collector.rows import ProcessMeta, health_table, kernels_table, memcpy_table
+from cudawatch.shards import write_shard
+
+SPOOL_DIR = ".spool"
+_TABLES = ("kernels", "memcpy", "health")
+_UTC = dt.timezone.utc
+
+
+def _hour_of(window_start_s: int) -> int:
+    return window_start_s // 3600 * 3600
+
+
+class Spool:
+    """Spool of one collector session (one process) under ``root``.
+
+    Args:
+        root: shard root folder (a local path).
+        meta: identity of the process; written to ``session.json`` so ``recover`` can name shards.
+        window_s: window length in seconds.
+    """
+
+    def __init__(self, root: str | os.PathLike, meta: ProcessMeta, window_s: int) -> None:
+        self.root = Path(root)
+        self.meta = meta
+        self.window_s = window_s
+        self.dir = self.root / SPOOL_DIR / f"{meta.host}-{meta.pid}-{meta.run_id}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "session.json").write_text(json.dumps({"host": meta.host, "pid": meta.pid, "run_id": meta.run_id}))
+        self._seq = 0
+        self.shards_written: list[Path] = []
+
+    def add_windows(self, windows: list[Window]) -> int:
+        """Spool closed windows (one file per table per window); returns files written."""
+        n = 0
+        for w in windows:
+            for table, build in (("kernels", kernels_table), ("memcpy", memcpy_table), ("health", health_table)):
+                data = build([w], self.window_s, self.meta)
+                if data.num_rows == 0:
+                    continue
+                self._seq += 1
+                final = self.dir / f"{table}-{w.start_s}-{self._seq:06d}.parquet"
+                _atomic_parquet(data, final)
+                n += 1
+        return n
+
+    def rotate(self, now_s: float | None = None, *, final: bool = False) -> list[Path]:
+        """Write shards for every spooled hour that is over (all hours when ``final``)."""
+        current = None if final else _hour_of(int(now_s))
+        written = combine(self.root, self.dir, self.meta.host, self.meta.pid, before_hour=current)
+        self.shards_written.extend(written)
+        return written
+
+    def close(self) -> None:
+        """Remove the session's spool folder once everything is written."""
+        if not any(self.dir.glob("*.parquet")):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _atomic_parquet(data: pa.Table, final: Path) -> None:
+    tmp = final.with_name(".tmp-" + final.name)
+    with open(tmp, "wb") as fh:
+        pq.write_table(data, fh, compression="zstd")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+
+
+def combine(root: Path, spool_dir: Path, host: str, pid: int, *, before_hour: int | None = None) -> list[Path]:
+    """Combine spooled window files of each finished hour into shards; delete what was combined."""
+    by_hour: dict[tuple[str, int], list[Path]] = {}
+    for f in sorted(spool_dir.glob("*.parquet")):
+        if f.name.startswith(".tmp-"):
+            continue
+        try:
+            table, start, _ = f.stem.rsplit("-", 2)
+            hour = _hour_of(int(start))
+        except ValueError:
+            continue
+        if table not in _TABLES or (before_hour is not None and hour >= before_hour):
+            continue
+        by_hour.setdefault((table, hour), []).append(f)
+    written = []
+    for (table, hour), files in sorted(by_hour.items()):
+        parts = []
+        for f in files:
+            try:
+                parts.append(pq.read_table(f))
+            except Exception:  # a torn file cannot exist (atomic rename), but never block the others
+                continue
+        if parts:
+            data = pa.concat_tables(parts, promote_options="default")
+            written.append(write_shard(root, table, data, dt.datetime.fromtimestamp(hour, _UTC), host=host, pid=pid))
+        for f in files:
+            f.unlink(missing_ok=True)
+    return written
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(root: str | os.PathLike, *, pids: set[int] | None = None) -> list[Path]:
+    """Turn spools left by dead processes into shards.
+
+    Args:
+        root: shard root.
+        pids: recover only these processes' spools (``cudawatch collect`` passes its child's pid);
+            when None, every spool whose process is no longer alive on this host.
+    """
+    base = Path(root) / SPOOL_DIR
+    if not base.is_dir():
+        return []
+    written: list[Path] = []
+    for d in sorted(p for p in base.iterdir() if p.is_dir()):
+        try:
+            info = json.loads((d / "session.json").read_text())
+            host, pid = str(info["host"]), int(info["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        if pids is not None and pid not in pids:
+            continue
+        if pids is None and (host != _hostname() or _alive(pid)):
+            continue
+        written.extend(combine(Path(root), d, host, pid))
+        if not any(d.glob("*.parquet")):
+            shutil.rmtree(d, ignore_errors=True)
+    return written
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

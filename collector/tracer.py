@@ -1,0 +1,202 @@
+"""CUPTI Activity API tracer (cupti-python >= 13.4): the only module that calls CUPTI's activity API.
+
+Kinds: CONCURRENT_KERNEL (never KERNEL, which serializes kernels), MEMCPY, MEMSET and OVERHEAD;
+RUNTIME/DRIVER API records stay off (they cost about 4x on launch-bound work, see
+docs/benchmarks/collector.md). The buffer-completed callback turns each record into a plain tuple
+and hands the batch to ``collector.aggregate.Aggregator`` (one pass, no allocation per record
+beyond the tuple). Memory is bounded by the host buffer size we hand CUPTI plus CUPTI's device
+buffer size x pool limit (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_POOL_LIMIT``); records
+that do not fit are dropped by CUPTI and counted with ``cuptiActivityGetNumDroppedRecords``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gzip
+import json
+import threading
+import time
+
+from cupti import cupti  # noqa: F401  (ImportError tells the caller CUPTI is missing)
+
+from collector.aggregate import COPY_KINDS, MEMORY_KINDS, Aggregator
+from collector.budget import BufferBudget
+
+AK = cupti.ActivityKind
+TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
+#: OVERHEAD kinds that CUPTI spends in the application's path because we trace. Buffer flush and
+#: buffer request time is our own callback (measured directly), and lazy function/module loading or
+#: JIT compilation is CUDA's own work that happens with or without a collector.
+_OV = cupti.ActivityOverheadKind
+_IN_PATH_OVERHEAD = frozenset(int(k) for k in (_OV.CUPTI_INSTRUMENTATION, _OV.CUPTI_RESOURCE, _OV.COMMAND_BUFFER_FULL))
+
+
+def cupti_version() -> str:
+    """Version of the cupti-python binding and, when known, of the loaded libcupti."""
+    from importlib import metadata
+
+    parts = []
+    for dist in ("cupti-python", "nvidia-cuda-cupti"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return "; ".join(parts) or "unknown"
+
+
+class CuptiTracer:
+    """Registers buffer callbacks, enables/disables the traced kinds, flushes and detaches.
+
+    Args:
+        agg: where records go.
+        budget: buffer sizes.
+        dump_path: optional ``.jsonl.gz`` file that receives the first ``dump_max`` record tuples
+            as recorded (used to keep real records under tests/data/cupti).
+    """
+
+    def __init__(self, agg: Aggregator, budget: BufferBudget | None = None, *, dump_path: str | None = None, dump_max: int = 4000) -> None:
+        self.agg = agg
+        self.budget = budget or BufferBudget()
+        self.kernels = 0
+        self.copies = 0
+        self.overheads = 0
+        self.overhead_ns = 0
+        self.callback_s = 0.0
+        self.buffers_requested = 0
+        self.buffers_completed = 0
+        self.attached = False
+        self.enabled = False
+        self._lock = threading.Lock()
+        self._dump = gzip.open(dump_path, "wt") if dump_path else None
+        self._dump_left = dump_max
+
+    # ---- CUPTI callbacks -----------------------------------------------------------------
+    def _requested(self):
+        self.buffers_requested += 1
+        return self.budget.host_buffer, 0
+
+    def _completed(self, activities) -> None:
+        t0 = time.perf_counter()
+        ck, mc, ms, oh = AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD
+        ks, cs = [], []
+        ck_append, cs_append = ks.append, cs.append
+        agg = self.agg
+        for a in activities:
+            k = a.kind
+            if k == ck:
+                ck_append((a.start, a.end, (a.name, a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z,
+                           a.registers_per_thread, a.static_shared_memory + a.dynamic_shared_memory, a.device_id)))
+            elif k == mc:
+                cs_append((a.start, a.end, COPY_KINDS.get(a.copy_kind, str(a.copy_kind)), MEMORY_KINDS.get(a.src_kind, "unknown"),
+                           MEMORY_KINDS.get(a.dst_kind, "unknown"), a.bytes, a.device_id))
+            elif k == ms:
+                cs_append((a.start, a.end, "memset", None, MEMORY_KINDS.get(a.memory_kind, "unknown"), a.bytes, a.device_id))
+            elif k == oh:
+                agg.add_overhead(a.start, a.end)
+                self.overheads += 1
+                if a.overhead_kind in _IN_PATH_OVERHEAD:
+                    self.overhead_ns += max(a.end - a.start, 0)
+        if ks:
+            agg.add_kernels(ks)
+        if cs:
+            agg.add_copies(cs)
+        self.kernels += len(ks)
+        self.copies += len(cs)
+        self.buffers_completed += 1
+        if self._dump is not None and self._dump_left > 0:
+            self._write_dump(ks, cs)
+        self.callback_s += time.perf_counter() - t0
+
+    def _write_dump(self, ks, cs) -> None:
+        for kind, rows in (("kernel", ks), ("copy", cs)):
+            for r in rows[: self._dump_left]:
+                flat = [r[0], r[1], *r[2]] if kind == "kernel" else list(r)
+                self._dump.write(json.dumps({"kind": kind, "rec": flat}) + "\n")
+                self._dump_left -= 1
+        if self._dump_left <= 0:
+            self._dump.close()
+            self._dump = None
+
+    # ---- control -------------------------------------------------------------------------
+    def attach(self) -> None:
+        """Register callbacks, bound the buffers and enable the traced kinds (attaches CUPTI)."""
+        with self._lock:
+            if self.attached:
+                return
+            cupti.activity_register_callbacks(self._requested, self._completed)
+            for attr, value in ((cupti.ActivityAttribute.ATTR_DEVICE_BUFFER_SIZE, self.budget.device_buffer),
+                                (cupti.ActivityAttribute.ATTR_DEVICE_BUFFER_POOL_LIMIT, self.budget.device_pool_limit)):
+                # cuptiActivitySetAttribute(attr, size_t *valueSize, void *value): both are pointers
+                v, size = ctypes.c_size_t(value), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+                cupti.activity_set_attribute(attr, ctypes.addressof(size), ctypes.addressof(v))
+            self.clock_offset_ns = time.time_ns() - cupti.get_timestamp()
+            self.attached = True
+        self.enable()
+
+    def enable(self) -> None:
+        with self._lock:
+            if self.enabled:
+                return
+            for kind in TRACED_KINDS:
+                cupti.activity_enable(kind)
+            self.enabled = True
+
+    def disable(self) -> None:
+        with self._lock:
+            if not self.enabled:
+                return
+            for kind in TRACED_KINDS:
+                cupti.activity_disable(kind)
+            self.enabled = False
+
+    def flush(self, force: bool = True) -> None:
+        """Deliver buffered records to the callback now (forced: also partly filled buffers)."""
+        if self.attached:
+            cupti.activity_flush_all(1 if force else 0)
+
+    def dropped(self) -> int:
+        """Records CUPTI dropped for lack of buffer space since the last call."""
+        if not self.attached:
+            return 0
+        v = ctypes.c_size_t(0)
+        try:
+            cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(v))
+        except cupti.cuptiError:
+            return 0
+        return int(v.value)
+
+    def detach(self, *, final: bool = False) -> None:
+        """Flush, disable and ``cuptiFinalize``: CUPTI leaves the process and its cost with it."""
+        if not self.attached:
+            return
+        try:
+            self.flush(True)
+        finally:
+            self.disable()
+            with self._lock:
+                cupti.finalize()
+                self.attached = False
+        if final and self._dump is not None:
+            self._dump.close()
+            self._dump = None
+
+
+def other_subscriber() -> str | None:
+    """Name why another CUPTI client seems active (None when CUPTI is free).
+
+    CUPTI allows one subscriber per process: we subscribe with a no-op callback and unsubscribe at
+    once; ``ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED`` means someone else (Nsight, a profiler) holds it.
+    """
+    import os
+
+    inj = os.environ.get("CUDA_INJECTION64_PATH")
+    if inj:
+        return f"a CUDA injection tool is loaded (CUDA_INJECTION64_PATH={inj}, e.g. Nsight Systems/Compute)"
+    try:
+        handle = cupti.subscribe(lambda *a: None, None)
+    except cupti.cuptiError as exc:
+        if getattr(exc, "status", None) == cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+            return "another CUPTI subscriber is active (torch.profiler, Nsight or another tracer)"
+        return f"CUPTI refused a subscriber ({exc})"
+    cupti.unsubscribe(handle)
+    return None
