@@ -57,7 +57,7 @@ def make_corpus(
     phi: float = 0.35,
     df: float = 4.0,
     diurnal_max: float = 1.0,
-    drift_max: float = 0.0015,
+    drift_max: float = 0.0005,
     outlier_p: float = 0.01,
 ) -> Corpus:
     """Draw ``n`` labelled series of ``hours`` hours (deterministic for a seed)."""
