@@ -218,14 +218,14 @@ class HourDrawer:
             "gpu_uuid": self.uuids.take(pa.array(gpu)),
             "gpu_index": pa.array(plan.fleet.gpu_local[gpu].astype(np.int16)),
             "gpu_model": pa.array([GPU_MODEL] * gpu.size, pa.string()),
-            "sm_util_pct": pa.array(sm.ravel().astype(np.float32)),
-            "sm_occupancy_pct": pa.array(occ_u.ravel().astype(np.float32)),
-            "tensor_util_pct": pa.array(tensor_u.ravel().astype(np.float32)),
-            "dram_bw_util_pct": pa.array(dram_u.ravel().astype(np.float32)),
-            "pcie_tx_bytes_s": pa.array(pcie_tx.ravel()),
-            "pcie_rx_bytes_s": pa.array(pcie_rx.ravel()),
-            "power_w": pa.array(power.ravel().astype(np.float32)),
-            "temp_c": pa.array(temp.ravel().astype(np.float32)),
+            "sm_util_pct": pa.array(np.rint(sm).ravel().astype(np.float32)),  # NVML: integer %
+            "sm_occupancy_pct": pa.array(np.round(occ_u, 2).ravel().astype(np.float32)),  # GPM
+            "tensor_util_pct": pa.array(np.round(tensor_u, 2).ravel().astype(np.float32)),
+            "dram_bw_util_pct": pa.array(np.round(dram_u, 2).ravel().astype(np.float32)),
+            "pcie_tx_bytes_s": pa.array(np.rint(pcie_tx / 1024).ravel() * 1024),  # NVML: KB/s
+            "pcie_rx_bytes_s": pa.array(np.rint(pcie_rx / 1024).ravel() * 1024),
+            "power_w": pa.array((np.rint(power * 1000) / 1000).ravel().astype(np.float32)),  # NVML: mW
+            "temp_c": pa.array(np.rint(temp).ravel().astype(np.float32)),  # NVML: integer degrees C
             "sm_clock_mhz": pa.array(clock.ravel().astype(np.float32)),
             "mem_clock_mhz": pa.array(np.full(gpu.size, MEM_CLOCK_MHZ, np.float32)),
             "clocks_event_reasons": pa.array(reasons.ravel()),
