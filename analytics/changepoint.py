@@ -33,14 +33,15 @@ benchmarks/detection.py, see docs/detection.md).
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as _stats
+from scipy import special as _special
 
 #: Defaults that work without per-series tuning (see docs/detection.md for how they were chosen).
-DEFAULTS = dict(min_size=3, window=48, max_pvalue=1e-5, min_magnitude_pct=2.0, period=None, hampel_k=4.0, drift=0.0)
+DEFAULTS = dict(min_size=3, window=48, max_pvalue=1e-6, min_magnitude_pct=2.0, period=None, hampel_k=4.0, drift=0.0)
 
 
 class ChangePointError(ValueError):
@@ -171,13 +172,17 @@ def hampel(z: np.ndarray, sigma: float, k: float, half: int = 3) -> np.ndarray:
     Windows are truncated at the ends, so the last point is compared with the points before it.
     """
     n = z.size
-    padded = np.concatenate([np.full(half, np.nan), z, np.full(half, np.nan)])
-    win = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
-    med = np.nanmedian(win, axis=1)
+    width = 2 * half + 1
+    med = np.empty(n)
+    if n >= width:
+        med[half : n - half] = np.median(np.lib.stride_tricks.sliding_window_view(z, width), axis=1)
+    zl = z.tolist()
+    for i in [*range(min(half, n)), *range(max(n - half, min(half, n)), n)]:
+        med[i] = statistics.median(zl[max(0, i - half) : i + half + 1])
     out = z.copy()
     bad = np.abs(z - med) > k * sigma
     out[bad] = med[bad]
-    return out if n else z
+    return out
 
 
 def seasonal_profile(z: np.ndarray, period: int, exclude_tail: int = 6) -> np.ndarray:
@@ -255,7 +260,7 @@ def _p_value(t: float, df: int) -> float:
         return 0.0
     if df <= 0:
         return 1.0
-    return float(2.0 * _stats.t.sf(abs(t), df))
+    return float(2.0 * _special.stdtr(df, -abs(t)))
 
 
 def _split(z, min_size, window, max_pvalue, noise) -> list[int]:

@@ -79,7 +79,7 @@ class DetectConfig:
     min_points: int = 24
     min_size: int = 3
     window: int = 48
-    max_pvalue: float = 1e-5
+    max_pvalue: float = 1e-6
     min_magnitude_pct: float = 2.0
     went_away_hours: int = 6
     dedup_hours: int = 2

@@ -51,9 +51,9 @@ def test_min_magnitude_filters_small_significant_steps():
 
 
 def test_min_size_controls_shortest_segment():
-    values = [1.0] * 10 + [5.0] * 2 + [1.0] * 10
+    values = [1.0] * 20 + [5.0] * 2 + [1.0] * 20
     assert idx(values, hampel_k=None) == []  # a 2-point blip is shorter than min_size=3
-    assert idx(values, min_size=2, hampel_k=None) == [10, 12]
+    assert idx(values, min_size=2, hampel_k=None) == [20, 22]
 
 
 def test_constant_short_and_empty_series_give_no_change():
