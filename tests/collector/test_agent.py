@@ -1,0 +1,144 @@
+"""The node agent: /metrics on a loopback port, gauges from a real H200 sample, device shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from collector.agent import Agent
+from cudawatch.shards import list_shards, read_shard
+
+from .conftest import REPO, SHARDS
+
+
+def _scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def _value(text: str, name: str, **labels) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in /metrics")
+
+
+class _RecordedSampler:
+    """Stands in for the GPU only: returns rows NVML produced on the H200 (tests/data/cupti/shards/device)."""
+
+    def __init__(self):
+        self.rows = read_shard(list_shards(SHARDS, "device")[0]).to_pylist()
+        self.i = 0
+
+    def sample(self):
+        row = dict(self.rows[self.i % len(self.rows)])
+        self.i += 1
+        return [row]
+
+
+def test_without_nvml_serves_its_own_health(tmp_path):
+    agent = Agent(tmp_path, 0.05, sampler=None)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        agent.run(duration_s=0.2)
+        text = _scrape(port)
+        assert _value(text, "cudawatch_agent_nvml_available") == 0
+        assert _value(text, "cudawatch_agent_up") == 0  # the loop ended
+        assert _value(text, "cudawatch_agent_samples_total") == 0
+        assert "cuda_sm_utilization{" not in text
+    finally:
+        agent.close()
+
+
+def test_gauges_from_a_real_h200_sample_and_device_shard(tmp_path):
+    sampler = _RecordedSampler()
+    agent = Agent(tmp_path, 0.02, job="train-7", sampler=sampler)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        agent.run(duration_s=0.15)
+        text = _scrape(port)
+        row = sampler.rows[(sampler.i - 1) % len(sampler.rows)]
+        labels = {"gpu": str(row["gpu_index"]), "uuid": row["gpu_uuid"], "job": "train-7"}
+        sm = _value(text, "cuda_sm_utilization", **labels)
+        bw = _value(text, "cuda_memory_bandwidth", **labels)
+        assert 0 <= sm <= 1 and 0 <= bw <= 1
+        assert sm == pytest.approx(row["sm_util_pct"] / 100)
+        assert _value(text, "cuda_power_watts", **labels) == pytest.approx(row["power_w"])
+        assert _value(text, "cuda_sm_clock_hertz", **labels) == pytest.approx(row["sm_clock_mhz"] * 1e6)
+        assert _value(text, "cudawatch_agent_samples_total") == sampler.i
+        assert _value(text, "cudawatch_agent_shards_written_total") == 1  # flushed when the loop ended
+    finally:
+        agent.close()
+    (shard,) = list_shards(tmp_path, "device")
+    data = read_shard(shard)
+    assert data.num_rows == sampler.i
+    assert "ecc_uncorrected" in data.column_names
+
+
+def test_throttle_flag_follows_clock_event_reasons(tmp_path):
+    agent = Agent(None, 1.0, sampler=None)
+    base = {"gpu_index": 0, "gpu_uuid": "GPU-x", "host": "h"}
+    agent.update_gauges([dict(base, clocks_event_reasons=0x1)])  # idle only
+    assert agent.throttled.labels("0", "GPU-x", "h", "")._value.get() == 0
+    agent.update_gauges([dict(base, clocks_event_reasons=0x4)])  # SW power cap (seen on the H200 under load)
+    assert agent.throttled.labels("0", "GPU-x", "h", "")._value.get() == 1
+
+
+def test_collector_status_files_are_exported(tmp_path):
+    status = tmp_path / ".status"
+    status.mkdir()
+    (status / "h-1.json").write_text(json.dumps({"host": "h", "pid": 1, "job": "j", "ts": time.time(), "duty": 0.25,
+                                                 "overhead_pct": 1.5, "budget_pct": 2.0, "dropped_records": 3}))
+    (status / "h-2.json").write_text(json.dumps({"host": "h", "pid": 2, "job": "old", "ts": time.time() - 86400, "overhead_pct": 9}))
+    agent = Agent(tmp_path, 1.0, sampler=None)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        text = _scrape(port)
+    finally:
+        agent.close()
+    assert _value(text, "cudawatch_collector_overhead_pct", job="j") == 1.5
+    assert _value(text, "cudawatch_collector_sampling_duty", job="j") == 0.25
+    assert _value(text, "cudawatch_collector_dropped_records", job="j") == 3
+    assert 'job="old"' not in text  # stale processes are dropped
+
+
+def test_agent_cli_serves_metrics_on_a_loopback_port(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "cudawatch", "agent", "--port", str(port), "--addr", "127.0.0.1",
+                             "--interval", "100ms", "--duration", "20s", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                text = _scrape(port)
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        assert re.search(r"^cudawatch_agent_up 1\.0$", text, re.M)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+
+
+def test_metric_names_match_a_real_h200_scrape():
+    """The names served above are the ones the agent served on the H200 (tests/data/cupti/metrics_h200.txt)."""
+    text = (SHARDS.parent / "metrics_h200.txt").read_text()
+    for name in ("cuda_sm_utilization", "cuda_memory_bandwidth", "cuda_sm_occupancy", "cuda_tensor_utilization",
+                 "cuda_pcie_tx_bytes_per_second", "cuda_gpu_throttled", "cudawatch_agent_up"):
+        assert re.search(rf"^{name}[{{ ]", text, re.M), name
+    assert 0 <= _value(text, "cuda_sm_utilization") <= 1

@@ -1,0 +1,58 @@
+"""`cudawatch doctor`, `agent --interval` parsing and the job label."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import typer
+
+from collector.cli import _seconds
+from collector.launcher import default_job
+from collector.session import job_name
+
+from .conftest import REPO
+
+
+@pytest.mark.parametrize("text,expected", [("1s", 1.0), ("500ms", 0.5), ("2m", 120.0), ("0.25", 0.25)])
+def test_interval_parsing(text, expected):
+    assert _seconds(text) == expected
+
+
+@pytest.mark.parametrize("text", ["fast", "-1s", "0s", "1h"])
+def test_bad_interval_is_a_clear_error(text):
+    with pytest.raises(typer.BadParameter):
+        _seconds(text)
+
+
+def test_job_label_precedence(monkeypatch):
+    monkeypatch.delenv("CUDAWATCH_JOB", raising=False)
+    monkeypatch.setenv("SLURM_JOB_NAME", "slurm-job")
+    assert job_name("explicit") == "explicit"
+    assert job_name(None) == "slurm-job"
+    monkeypatch.setenv("CUDAWATCH_JOB", "env-job")
+    assert job_name(None) == "env-job"
+    assert default_job(["python", "-u", "/x/train.py", "--lr", "1"]) == "train.py"
+    assert default_job(["python", "-m", "pkg.train"]) == "pkg.train"
+    assert default_job(["/usr/bin/torchrun", "--nproc", "8"]) == "torchrun"
+
+
+def test_doctor_reports_each_check_and_fails_without_a_driver():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env["PYTHONPATH"] = str(REPO)
+    p = subprocess.run([sys.executable, "-m", "cudawatch", "doctor"], capture_output=True, text=True, env=env, cwd=REPO)
+    lines = p.stdout.splitlines()
+    names = [line.split("] ", 1)[1].split(":")[0] for line in lines]
+    assert {"CUDA driver", "CUPTI", "overhead budget", "shard root"} <= set(names)
+    assert any(n.startswith("NVML") for n in names)
+    has_driver = "[  ok] CUDA driver" in p.stdout
+    assert p.returncode == (0 if has_driver and "[fail]" not in p.stdout else 1)
+    assert "[  ok] overhead budget: CUDAWATCH_MAX_OVERHEAD_PCT=2.0 %" in p.stdout
+
+
+def test_doctor_flags_a_bad_budget():
+    env = dict(os.environ, PYTHONPATH=str(REPO), CUDAWATCH_MAX_OVERHEAD_PCT="250")
+    p = subprocess.run([sys.executable, "-m", "cudawatch", "doctor"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert p.returncode == 1 and "[fail] overhead budget" in p.stdout

@@ -1,0 +1,83 @@
+"""Duty-cycle controller and buffer budget arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.budget import BufferBudget
+from collector.control import DutyController, Estimate
+
+
+def _run(ctl, kernels_per_s, callback_us=2.0, periods=8, cycle_s=0.015):
+    for _ in range(periods):
+        on = ctl.duty * ctl.period_s()
+        k = int(kernels_per_s * on)
+        est = ctl.estimate(on, k, 0, k * callback_us * 1e-6, 0.0)
+        if ctl.duty < 1:
+            ctl.note_cycle(cycle_s)
+        ctl.update(est)
+    return ctl
+
+
+def test_launch_bound_load_is_cut_to_the_budget():
+    # ~65k launches/s while traced: the H200 launch-bound loop under full tracing
+    ctl = _run(DutyController(2.0, kernel_cost_s=5.5e-6), kernels_per_s=65_000)
+    assert ctl.f_on > 0.8  # tracing every kernel would nearly double the run time
+    spent = ctl.duty * ctl.f_on + ctl.cycle_s / ctl.period_s()
+    assert spent <= 0.02
+    assert ctl.duty < 0.05
+
+
+def test_min_duty_is_a_floor_even_over_budget():
+    ctl = _run(DutyController(2.0, kernel_cost_s=20e-6), kernels_per_s=100_000)
+    assert ctl.duty == pytest.approx(ctl.min_duty)
+
+
+def test_light_load_is_traced_all_the_time():
+    ctl = _run(DutyController(2.0, kernel_cost_s=5.5e-6), kernels_per_s=600)
+    assert ctl.duty == 1.0
+
+
+def test_duty_widens_at_most_4x_per_period_when_load_drops():
+    ctl = _run(DutyController(2.0, kernel_cost_s=5.5e-6), kernels_per_s=100_000)
+    low = ctl.duty
+    seen = [low]
+    for _ in range(6):
+        _run(ctl, kernels_per_s=300, periods=1)
+        seen.append(ctl.duty)
+    assert seen[-1] == 1.0
+    assert all(b <= 4 * a + 1e-12 for a, b in zip(seen, seen[1:]))
+
+
+def test_over_budget_shrinks_at_once():
+    ctl = DutyController(2.0, kernel_cost_s=5e-6, initial_duty=1.0)
+    ctl.update(Estimate(on_s=1.0, cost_s=0.5))
+    assert ctl.duty < 0.05
+
+
+def test_period_stretches_to_amortize_attach_cost():
+    ctl = DutyController(2.0)
+    assert ctl.period_s() == 1.0
+    ctl.note_cycle(0.025)
+    assert ctl.period_s() == pytest.approx(5.0)  # 25 ms per cycle <= 1/4 of a 2 % budget
+    ctl.note_cycle(1.0)
+    assert ctl.period_s() == ctl.max_period_s
+
+
+def test_too_short_on_phase_changes_nothing():
+    ctl = DutyController(2.0)
+    d = ctl.duty
+    assert ctl.update(Estimate(on_s=0.001, cost_s=0.001)) == d
+
+
+def test_bad_budget_is_rejected():
+    with pytest.raises(ValueError):
+        DutyController(0)
+
+
+def test_budget_split_is_bounded_by_the_total():
+    b = BufferBudget()
+    assert b.total == 32 << 20 and b.bound() == b.total
+    assert (b.host_buffer, b.device_buffer, b.device_pool_limit) == (8 << 20, 4 << 20, 4)
+    with pytest.raises(ValueError):
+        BufferBudget(1000)

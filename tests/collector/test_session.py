@@ -1,0 +1,177 @@
+"""The collector inside real processes: no-GPU path, SIGTERM/exit flush, `cudawatch collect`, imports.
+
+On this CPU machine there is no driver, so a plain start takes the no-GPU path. The flush tests run
+the real session (control loop, windows, spool, rotation, signal handling) with
+``CUDAWATCH_REPLAY`` feeding it the CUPTI records recorded on the H200.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cudawatch.shards import list_shards, read_shard
+
+from .conftest import RECORDS, REPO
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _cli(*args, env=None, cwd=None, timeout=60):
+    return subprocess.run([sys.executable, "-m", "cudawatch", *args], capture_output=True, text=True,
+                          env=env or _env(), cwd=cwd or REPO, timeout=timeout)
+
+
+def _no_gpu_here():
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    return False
+
+
+no_gpu = pytest.mark.skipif(not _no_gpu_here(), reason="this test checks the path taken without an NVIDIA driver")
+
+
+@no_gpu
+def test_collect_without_gpu_runs_program_warns_once_and_passes_exit_code(tmp_path):
+    prog = "import sys, subprocess; print('child ran'); subprocess.run([sys.executable, '-c', 'pass']); sys.exit(7)"
+    p = _cli("collect", "--job", "nogpu", "--out", str(tmp_path / "shards"), "--", sys.executable, "-c", prog)
+    assert p.returncode == 7
+    assert "child ran" in p.stdout
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("cudawatch:")]
+    assert len(warnings) == 1, p.stderr  # the grandchild inherits the 'warned' mark
+    assert "no NVIDIA driver" in warnings[0] and "runs without collection" in warnings[0]
+    assert list_shards(tmp_path / "shards") == []
+
+
+def test_collect_reports_signal_death_like_a_shell(tmp_path):
+    prog = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    p = _cli("collect", "--out", str(tmp_path), "--", sys.executable, "-c", prog)
+    assert p.returncode == 128 + signal.SIGKILL
+
+
+def test_collect_needs_a_command():
+    p = _cli("collect")
+    assert p.returncode == 2 and "no command given" in p.stderr
+
+
+def test_collect_runs_the_users_own_sitecustomize(tmp_path):
+    user = tmp_path / "usersite"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE'] = 'ran'\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(user)])
+    prog = "import os, sys; sys.exit(0 if os.environ.get('USER_SITECUSTOMIZE') == 'ran' else 5)"
+    p = _cli("collect", "--out", str(tmp_path / "s"), "--", sys.executable, "-c", prog, env=env)
+    assert p.returncode == 0, p.stderr
+
+
+@no_gpu
+def test_library_api_without_gpu_is_inactive_with_a_reason(tmp_path):
+    code = textwrap.dedent(f"""
+        import collector
+        with collector.collecting(job="lib", out={str(tmp_path)!r}) as s:
+            print("active", s.active)
+            print("reason", s.reason)
+        collector.stop()
+        print("done")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert "active False" in p.stdout and "done" in p.stdout and "no NVIDIA driver" in p.stdout
+    assert p.stderr.count("cudawatch:") == 1
+
+
+def _replay_child(tmp_path, body: str, **env):
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        import collector
+        {body}
+        s = collector.start(job="replayed", out={str(tmp_path)!r})
+        assert s.active, s.reason
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(CUDAWATCH_REPLAY=RECORDS, CUDAWATCH_REPLAY_SPEED=8, CUDAWATCH_WINDOW_S=1, **env), cwd=REPO)
+
+
+def _wait_ready(proc, seconds=3.0):
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(seconds)
+
+
+def _launches(root):
+    return sum(sum(read_shard(p).column("launches").to_pylist()) for p in list_shards(root, "kernels"))
+
+
+def test_sigterm_flushes_and_keeps_default_termination(tmp_path):
+    proc = _replay_child(tmp_path, "")
+    _wait_ready(proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGTERM  # default action re-raised after the flush
+    assert _launches(tmp_path) > 0
+    assert list_shards(tmp_path, "health")
+    assert not any((tmp_path / ".spool").rglob("*.parquet"))
+
+
+def test_sigterm_chains_the_users_handler(tmp_path):
+    body = "signal.signal(signal.SIGTERM, lambda *a: (print('user handler', flush=True), sys.exit(3)))"
+    proc = _replay_child(tmp_path, body)
+    _wait_ready(proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3 and "user handler" in out
+    assert _launches(tmp_path) > 0
+
+
+def test_sigkill_loses_at_most_the_open_window_and_recover_finds_the_rest(tmp_path):
+    from collector.spool import recover
+
+    proc = _replay_child(tmp_path, "")
+    _wait_ready(proc, seconds=9.0)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert list_shards(tmp_path, "kernels") == []  # the hour is not over: windows sit in the spool
+    recover(tmp_path)
+    assert _launches(tmp_path) > 0
+
+
+def test_exit_flush_writes_shards(tmp_path):
+    code = textwrap.dedent(f"""
+        import time, collector
+        s = collector.start(job="atexit", out={str(tmp_path)!r})
+        time.sleep(2.5)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                       env=_env(CUDAWATCH_REPLAY=RECORDS, CUDAWATCH_REPLAY_SPEED=8, CUDAWATCH_WINDOW_S=1))
+    assert p.returncode == 0, p.stderr
+    rows = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
+    assert rows and all(r["job"] == "atexit" for r in rows)
+    assert sum(r["records"] for r in rows) > 0
+
+
+def test_collector_imports_stay_light():
+    code = ("import sys, collector, collector.cli, collector.session, collector.aggregate, collector.rows, "
+            "collector.spool, collector.agent, collector.control, collector.launcher, collector.doctor, collector.replay\n"
+            "heavy = sorted(m for m in ('duckdb', 'scipy', 'airflow', 'cupti', 'torch') if m in sys.modules)\n"
+            "print(heavy)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
