@@ -29,6 +29,10 @@ from analytics.results import Finding, Regression
 
 OPEN = ("new", "ongoing")
 
+#: A series that starts from 0 (a new kernel's share) has an infinite relative change; regressions
+#: report it as +1000 % so that JSON, charts and sorting stay finite.
+MAX_MAGNITUDE_PCT = 1000.0
+
 #: Preference when several series show one event of the same kernel (most specific first).
 _PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
              "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "gpu_sm_clock_mhz": 6, "gpu_mem_clock_mhz": 7}
@@ -330,13 +334,21 @@ def _known_events(con, as_of, lookback_hours) -> list[dict]:
 
 
 def _shares(con, as_of) -> dict:
-    """GPU-time share of each (job, kernel_id) in its job over the last 24 hours up to ``as_of``."""
+    """GPU-time share of each (job, kernel_id) in its job over the last 24 hours up to ``as_of``, and
+    of each job's memory copies (key ("memcpy", job)) in its copy + kernel time."""
     rows = con.execute(
         """SELECT job, kernel_id, t / nullif(sum(t) OVER (PARTITION BY job), 0) FROM (
              SELECT job, kernel_id, sum(total_ns) AS t FROM kernel_hourly
              WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ? GROUP BY job, kernel_id)""",
         [as_of, as_of]).fetchall()
-    return {(j, k): float(s or 0.0) for j, k, s in rows}
+    out = {(j, k): float(s or 0.0) for j, k, s in rows}
+    copies = con.execute(
+        """SELECT m.job, m.t / nullif(m.t + coalesce(k.t, 0), 0) FROM
+             (SELECT job, sum(total_ns) AS t FROM memcpy_hourly WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ? GROUP BY job) m
+             LEFT JOIN (SELECT job, sum(total_ns) AS t FROM kernel_hourly WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ?
+                        GROUP BY job) k USING (job)""", [as_of, as_of, as_of, as_of]).fetchall()
+    out.update({("memcpy", j): float(s or 0.0) for j, s in copies})
+    return out
 
 
 def _gpu_jobs(con, as_of, hours) -> dict:
@@ -356,6 +368,8 @@ def _candidate(name, mat, i, key, st: Step, shares, gpu_jobs, as_of, config) -> 
     spec = mat.spec
     if spec.kernel_level:
         share = shares.get((job, kernel_id), 0.0)
+    elif name.startswith("memcpy_"):
+        share = shares.get(("memcpy", job), 0.0)
     else:
         share = 1.0
     if gpu_uuid is not None and job is None:
@@ -365,9 +379,10 @@ def _candidate(name, mat, i, key, st: Step, shares, gpu_jobs, as_of, config) -> 
     status = "new"
     if ended is not None:
         status = "went_away" if (ended - onset) <= dt.timedelta(hours=config.went_away_hours) else "resolved"
+    magnitude = max(-MAX_MAGNITUDE_PCT, min(MAX_MAGNITUDE_PCT, st.magnitude_pct))
     reg = Regression(job=job or "", kernel=kernel, kernel_id=kernel_id, gpu_uuid=gpu_uuid, series=name, onset=onset,
-                     before=st.before, after=st.after, magnitude_pct=st.magnitude_pct, p_value=st.p_value,
-                     severity=severity_of(st.magnitude_pct, share), share_gpu_time=share, signature=signature,
+                     before=st.before, after=st.after, magnitude_pct=magnitude, p_value=st.p_value,
+                     severity=severity_of(magnitude, share), share_gpu_time=share, signature=signature,
                      status=status, detected_at=as_of)
     return _Candidate(reg, key, ended, {"jobs": gpu_jobs.get(gpu_uuid, ("", set()))[1] if gpu_uuid else {job}})
 
@@ -478,9 +493,11 @@ def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime |
 
     since/until: bounds on ``detected_at`` (the hour of the run that first reported the event),
     inclusive. statuses: e.g. ("new", "ongoing"); None for all. as_of: only events detected by then.
-    Causes come from the ``findings`` table when it exists.
+    Causes come from the ``findings`` table when it exists. Read-only: without a ``regressions``
+    table (no detection run yet) the answer is [].
     """
-    ensure_tables(con)
+    if not _has_table(con, "regressions"):
+        return []
     where, params = [], []
     if since is not None:
         where.append("detected_at >= ?")
@@ -511,11 +528,14 @@ def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime |
     return out
 
 
+def _has_table(con, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0])
+
+
 def _findings(con, event_ids) -> dict[str, tuple[Finding, ...]]:
     if not event_ids:
         return {}
-    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'findings'").fetchone()[0]
-    if not has:
+    if not _has_table(con, "findings"):
         return {}
     rows = con.execute(
         "SELECT event_id, rule, confidence, evidence, recommendation FROM findings WHERE event_id IN (SELECT unnest(?))",

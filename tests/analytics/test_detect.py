@@ -135,6 +135,14 @@ def test_load_regressions_filters_and_fills_causes(tmp_path):
     assert loaded.causes[0].evidence == {"before_ns": 1.0} and loaded.causes[0].recommendation == "profile it"
     assert detect.load_regressions(con, until=START + 58 * H) == []
     assert detect.load_regressions(con, statuses=("resolved",)) == []
+    con.close()
+    ro = warehouse.connect(tmp_path / "w.duckdb", read_only=True)  # readers work on read-only connections
+    assert [r.event_id for r in detect.load_regressions(ro)] == [reg.event_id]
+
+
+def test_load_regressions_before_any_detection_is_empty(tmp_path):
+    con = warehouse.connect(tmp_path / "empty.duckdb")
+    assert detect.load_regressions(con) == []
 
 
 def test_ewma_deviation_check_is_the_articles_rule():
