@@ -148,6 +148,9 @@ class Agent:
                 }
             except Exception as exc:
                 self.pm_error = f"{type(exc).__name__}: {exc}"
+                import sys
+
+                print(f"cudawatch agent: PM sampling off ({self.pm_error})", file=sys.stderr, flush=True)
 
     def _init_buffers(self) -> None:
         self._rows: list[dict] = []

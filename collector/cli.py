@@ -55,8 +55,6 @@ def register(app: typer.Typer) -> None:
         from collector.agent import Agent
 
         a = Agent(out, _seconds(interval), pm_device=pm_sampling)
-        if a.pm_error:
-            typer.echo(f"cudawatch agent: PM sampling off ({a.pm_error})", err=True)
         if a.sampler is None:
             typer.echo(f"cudawatch agent: NVML unavailable ({a.nvml_error}); serving health metrics only", err=True)
         bound = a.serve(port, addr)
