@@ -2,6 +2,7 @@
 
   python benchmarks/memory.py train --seconds 20           # the training loop alone (used under cudawatch collect)
   python benchmarks/memory.py measure --seconds 150 --json mem.json [--no-collector]
+  python benchmarks/memory.py cycles --cycles 60           # RSS kept per CUPTI detach/attach cycle
 
 ``measure`` starts the collector in-process (default settings, 60 s windows unless
 CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
@@ -153,6 +154,36 @@ def measure(seconds: float, collect: bool) -> dict:
     return result
 
 
+def cycles(n: int) -> list[dict]:
+    """RSS retained by ``n`` CUPTI attach/detach cycles, for three buffer splits (one process)."""
+    import ctypes
+
+    import torch
+
+    from collector.aggregate import Aggregator
+    from collector.budget import BufferBudget
+    from collector.tracer import CuptiTracer
+
+    x = torch.zeros(16, device="cuda")
+    out = []
+    for host_mib, dev_mib in ((1, 4), (8, 1), (8, 4)):
+        b = BufferBudget()
+        b.host_buffer, b.device_buffer = host_mib << 20, dev_mib << 20
+        t = CuptiTracer(Aggregator(60), b)
+        r0 = _rss_mib()
+        for _ in range(n):
+            t.attach()
+            for _ in range(2000):
+                x.add_(1)
+            torch.cuda.synchronize()
+            t.detach()
+        r1 = _rss_mib()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        out.append({"host_buffer_mib": host_mib, "device_buffer_mib": dev_mib, "cycles": n,
+                    "rss_growth_mib": r1 - r0, "after_malloc_trim_mib": _rss_mib() - r0})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -162,7 +193,12 @@ def main() -> None:
     m.add_argument("--seconds", type=float, default=150)
     m.add_argument("--no-collector", action="store_true")
     m.add_argument("--json")
+    c = sub.add_parser("cycles")
+    c.add_argument("--cycles", type=int, default=60)
     a = ap.parse_args()
+    if a.cmd == "cycles":
+        print(json.dumps(cycles(a.cycles), indent=1))
+        return
     if a.cmd == "train":
         print(f"steps {train(a.seconds, log_every=200)}")
         return

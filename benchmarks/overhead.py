@@ -11,6 +11,8 @@ divided by the no-collector time per step of the same rep (a ratio of 1.02 = 2 %
 
   python benchmarks/overhead.py run --reps 5 --seconds 2 --json out.json --md out.md
   python benchmarks/overhead.py worker --mode cudawatch --seconds 2     (one process, prints JSON)
+  python benchmarks/overhead.py probe      (launch rate untraced / traced / after disable / after
+                                            cuptiFinalize, and attach/finalize times; one process)
 
 Modes: none, cudawatch (default settings: adaptive duty cycle under CUDAWATCH_MAX_OVERHEAD_PCT,
 off-phases use cuptiActivityDisable), cudawatch_detach (off-phases cuptiFinalize and re-attach),
@@ -129,6 +131,59 @@ def worker(mode: str, workloads: list[str], seconds: float, warmup_s: float) -> 
     return out
 
 
+def probe() -> dict:
+    """Launch rate in one process: untraced, traced, after activity_disable, after cuptiFinalize."""
+    import torch
+    from cupti import cupti
+
+    x = torch.zeros(16, device="cuda")
+
+    def rate(sec=1.0):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < sec:
+            for _ in range(100):
+                x.add_(1)
+            torch.cuda.synchronize()
+            n += 100
+        return n / (time.perf_counter() - t0)
+
+    kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET, cupti.ActivityKind.OVERHEAD]
+    count = [0]
+
+    def attach():
+        cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda acts: count.__setitem__(0, count[0] + len(acts)))
+        for k in kinds:
+            cupti.activity_enable(k)
+
+    rate(0.5)
+    res = {"untraced_per_s": rate()}
+    t0 = time.perf_counter()
+    attach()
+    res["attach_s"] = time.perf_counter() - t0
+    res["traced_per_s"] = rate()
+    for k in kinds:
+        cupti.activity_disable(k)
+    cupti.activity_flush_all(1)
+    res["after_disable_per_s"] = rate()
+    t0 = time.perf_counter()
+    cupti.finalize()
+    res["finalize_s"] = time.perf_counter() - t0
+    res["after_finalize_per_s"] = rate()
+    cycles = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        attach()
+        rate(0.05)
+        cupti.activity_flush_all(1)
+        for k in kinds:
+            cupti.activity_disable(k)
+        cupti.finalize()
+        cycles.append(time.perf_counter() - t0 - 0.05)
+    res["attach_finalize_cycle_s"] = cycles
+    res["records"] = count[0]
+    return res
+
+
 def run(reps: int, seconds: float, warmup_s: float, modes: list[str], workloads: list[str]) -> dict:
     runs = []
     for rep in range(reps):
@@ -169,6 +224,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker")
     w.add_argument("--mode", choices=MODES, required=True)
+    sub.add_parser("probe")
     r = sub.add_parser("run")
     r.add_argument("--reps", type=int, default=5)
     r.add_argument("--modes", default=",".join(MODES))
@@ -179,6 +235,9 @@ def main() -> None:
         p.add_argument("--warmup", type=float, default=0.5)
         p.add_argument("--workloads", default=",".join(WORKLOADS))
     a = ap.parse_args()
+    if a.cmd == "probe":
+        print(json.dumps(probe()))
+        return
     workloads = [x for x in a.workloads.split(",") if x]
     if a.cmd == "worker":
         print(json.dumps(worker(a.mode, workloads, a.seconds, a.warmup)))
