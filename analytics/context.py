@@ -180,9 +180,18 @@ class RegressionContext:
         return "job"
 
 
-def load_context(con, regression: Regression, hours: int = 24) -> RegressionContext:
+#: Windows are never clipped below this many hours by a neighbouring event.
+MIN_WINDOW_HOURS = 3
+#: Events of the same job or GPU closer than this to the onset are the same change (the detector's dedup).
+SAME_EVENT = dt.timedelta(hours=2)
+
+
+def load_context(con, regression: Regression, hours: int = 24, *, clip: bool = True) -> RegressionContext:
     """Load ``regression``'s context from the warehouse (read-only queries).
 
+    hours: length of each window. clip: end the windows at the onsets of the job's (or its GPUs')
+    other regressions in the ``regressions`` table, so a later change (a GPU that throttles 15 hours
+    after a kernel slowed down) is not blamed for this one; a window keeps at least 3 hours.
     The job's GPUs are those it ran kernels on in either window; for a per-GPU regression without
     a job the job is the one with the most kernel time on that GPU after onset.
     """
@@ -194,8 +203,29 @@ def load_context(con, regression: Regression, hours: int = 24) -> RegressionCont
     gpus = _job_gpus(con, job, onset - span, onset + span)
     if regression.gpu_uuid and regression.gpu_uuid not in gpus:
         gpus.append(regression.gpu_uuid)
-    before, after = _load_windows(con, regression, job, gpus, onset - span, onset, onset + span)
+    start, end = onset - span, onset + span
+    if clip:
+        start, end = _clip(con, job, gpus, onset, start, end)
+    before, after = _load_windows(con, regression, job, gpus, start, onset, end)
     return RegressionContext(regression, before, after)
+
+
+def _clip(con, job: str, gpus: list[str], onset: dt.datetime, start: dt.datetime, end: dt.datetime):
+    """Window bounds cut at the nearest other regressions of the job or its GPUs (if the table exists)."""
+    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'regressions'").fetchone()[0]
+    if not has:
+        return start, end
+    onsets = [_utc(r[0]) for r in con.execute(
+        "SELECT DISTINCT onset FROM regressions WHERE (job = ? OR gpu_uuid IN (SELECT unnest(?::VARCHAR[]))) "
+        "AND onset > ? AND onset < ?", [job, gpus, start, end]).fetchall()]
+    lo = onset - dt.timedelta(hours=MIN_WINDOW_HOURS)
+    hi = onset + dt.timedelta(hours=MIN_WINDOW_HOURS)
+    for o in onsets:
+        if o <= onset - SAME_EVENT:
+            start = max(start, min(o, lo))
+        elif o >= onset + SAME_EVENT:
+            end = min(end, max(o, hi))
+    return start, end
 
 
 def _utc(ts: dt.datetime) -> dt.datetime:

@@ -72,6 +72,18 @@ def _matches(reg, truth: dict) -> bool:
     return reg.job == truth["job"]
 
 
+def match(reg, truths: list[dict]) -> dict | None:
+    """The injection a detected regression belongs to: same job (or GPU), onset within +-3 h; with
+    several candidates (the default scenario injects several kinds), the same kernel, then the same
+    GPU, then the nearest onset wins."""
+    cands = [t for t in truths if _matches(reg, t)]
+    if not cands:
+        return None
+    return min(cands, key=lambda t: (not (reg.kernel_id and reg.kernel_id == t.get("kernel_id")),
+                                     not (reg.gpu_uuid and reg.gpu_uuid == t.get("gpu_uuid")),
+                                     abs((reg.onset - dt.datetime.fromisoformat(t["onset"])).total_seconds())))
+
+
 #: Series an oracle regression (built from the ground truth, not detected) uses, per injected kind.
 ORACLE_SERIES = {
     "kernel_slowdown": "kernel_mean_ns", "launch_config_change": "kernel_busy_s", "new_kernel": "kernel_busy_s",
@@ -100,14 +112,18 @@ def _summary(reg) -> dict:
                     "recommendation": reg.causes[0].recommendation} if reg.causes else None}
 
 
-def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int) -> dict:
+def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int, pct: float | None = None) -> dict:
     """One fleet with one injection of ``kind`` (None: a clean fleet), analysed hour by hour."""
     from analytics import detect, rules, warehouse
     from cudawatch import simulator
 
     tmp = Path(tempfile.mkdtemp(prefix="rootcause-"))
     try:
-        injections = [] if kind is None else simulator.parse_injections([f"kind={kind},hour={onset}"])
+        if kind == "default":
+            injections = None  # the simulator's default scenario: every core kind, onsets spread over the 2nd half
+        else:
+            size = f",pct={pct:g}" if pct and kind != "kernel_vanished" else ""
+            injections = [] if kind is None else simulator.parse_injections([f"kind={kind},hour={onset}{size}"])
         t0 = time.perf_counter()
         simulator.simulate_fleet(tmp / "shards", gpus=gpus, hours=hours, seed=seed, start=START, injections=injections)
         truth = json.loads((tmp / "shards" / "ground_truth.json").read_text())
@@ -116,16 +132,20 @@ def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int)
         warehouse.ingest_shards(tmp / "shards", con)
         last = START + dt.timedelta(hours=hours - 1)
         # hourly runs from just before onset to 8 hours after it (new events show up there), then the last hour
-        first = START + dt.timedelta(hours=max(24, onset - 1) if kind else 24)
+        first = START + dt.timedelta(hours=max(24, onset - 1) if kind not in (None, "default") else 24)
+        if kind == "default":
+            onset = hours - 8
         at_detection = _analyze_hourly(con, first, min(last, START + dt.timedelta(hours=onset + 8)))
         at_detection.update({k: v for k, v in _analyze_hourly(con, last, last).items() if k not in at_detection})
         final = {r.event_id: r for r in rules.attach_causes(con, detect.load_regressions(con))}
         out = {"kind": kind, "seed": seed, "truth": truth, "seconds": round(time.perf_counter() - t0, 1), "events": []}
         for event_id, r in final.items():
             first_seen = at_detection.get(event_id, r)
-            matched = any(_matches(r, t) for t in truth) if truth else False
-            out["events"].append({"matched": matched, "at_detection": _summary(first_seen), "at_end": _summary(r)})
-        out["oracle"] = [_summary(r) for r in rules.attach_causes(con, [oracle_regression(t) for t in truth])]
+            t = match(r, truth)
+            out["events"].append({"matched": t is not None, "truth_kind": t["kind"] if t else None,
+                                  "at_detection": _summary(first_seen), "at_end": _summary(r)})
+        out["oracle"] = [dict(_summary(r), truth_kind=t["kind"])
+                         for r, t in zip(rules.attach_causes(con, [oracle_regression(t) for t in truth]), truth)]
         if kind is None:
             out["stress"] = stress_clean(con, START + dt.timedelta(hours=24), last - dt.timedelta(hours=4), seed)
         con.close()
@@ -164,20 +184,23 @@ def stress_clean(con, lo: dt.datetime, hi: dt.datetime, seed: int) -> dict:
             "examples": examples}
 
 
-def confusion(results: list[dict], when: str) -> tuple[dict, dict]:
-    """kind -> Counter(top cause) over matched regressions, and kind -> (correct, detected)."""
+def confusion(results: list[dict], when: str, mixed: bool = False) -> tuple[dict, dict]:
+    """kind -> Counter(top cause) over matched regressions, and kind -> (correct, detected), over the
+    single-injection scenarios (or the mixed, default-scenario ones)."""
     table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     score: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for res in results:
-        if res["kind"] is None:
+        if res["kind"] is None or (res["kind"] == "default") != mixed:
             continue
-        evs = [{"oracle": o} for o in res["oracle"]] if when == "oracle" else [e for e in res["events"] if e["matched"]]
+        evs = [{"oracle": o, "truth_kind": o["truth_kind"]} for o in res["oracle"]] if when == "oracle" else \
+            [e for e in res["events"] if e["matched"]]
         for ev in evs:
+            kind = ev["truth_kind"]
             causes = ev[when]["causes"]
             top = causes[0][0] if causes else "none"
-            table[res["kind"]][top] += 1
-            score[res["kind"]][1] += 1
-            score[res["kind"]][0] += top in EXPECTED[res["kind"]]
+            table[kind][top] += 1
+            score[kind][1] += 1
+            score[kind][0] += top in EXPECTED[kind]
     return table, score
 
 
@@ -189,17 +212,20 @@ def main(argv=None) -> int:
     p.add_argument("--gpus", type=int, default=16)
     p.add_argument("--hours", type=int, default=48)
     p.add_argument("--onset", type=int, default=32)
+    p.add_argument("--pct", type=float, default=None, help="magnitude of every injection (default: each kind's default)")
     p.add_argument("--kinds", default=",".join(inj.KINDS))
     p.add_argument("--clean", type=int, default=None, help="clean fleets (default: --seeds)")
+    p.add_argument("--mixed", type=int, default=0, help="fleets of the default scenario (all core kinds at once)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="write all results here")
     p.add_argument("--examples", action="store_true", help="print one finding's evidence per kind (for the docs)")
     a = p.parse_args(argv)
     kinds = [k for k in a.kinds.split(",") if k]
-    jobs = [(k, 1000 + s) for k in kinds for s in range(a.seeds)] + [(None, 2000 + s) for s in range(a.clean if a.clean is not None else a.seeds)]
+    jobs = [(k, 1000 + s) for k in kinds for s in range(a.seeds)] + [("default", 3000 + s) for s in range(a.mixed)] + \
+        [(None, 2000 + s) for s in range(a.clean if a.clean is not None else a.seeds)]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.workers) as pool:
-        futs = [pool.submit(run_scenario, k, s, a.gpus, a.hours, a.onset) for k, s in jobs]
+        futs = [pool.submit(run_scenario, k, s, a.gpus, a.hours, a.onset, a.pct) for k, s in jobs]
         results = []
         for f, (k, s) in zip(futs, jobs):
             try:
@@ -208,26 +234,35 @@ def main(argv=None) -> int:
                 print(f"scenario {k} seed {s} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     elapsed = time.perf_counter() - t0
     print(f"# root-cause benchmark: {len(results)} scenarios, {a.gpus} GPUs x {a.hours} h, onset hour {a.onset}, "
+          f"magnitude {f'{a.pct:g} %' if a.pct else 'default per kind'}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()} ({platform.processor() or platform.machine()}), {elapsed:.0f} s")
-    for when in ("oracle", "at_detection", "at_end"):
-        table, score = confusion(results, when)
+    sections = [("oracle", False), ("at_detection", False), ("at_end", False)]
+    if a.mixed:
+        sections += [("oracle", True), ("at_end", True)]
+    for when, mixed in sections:
+        table, score = confusion(results, when, mixed)
         cols = sorted({c for t in table.values() for c in t})
         title = {"oracle": "rules alone: regressions built from the ground truth (a perfect detector)",
                  "at_detection": "pipeline: detected regressions, causes when first reported",
                  "at_end": "pipeline: detected regressions, causes at the end of the run"}[when]
-        print(f"\n## top cause; {title} (rows: injected kind; cells: regressions)\n")
-        print("| injected kind | detected | correct first | " + " | ".join(cols) + " |")
+        scen = "default scenario, all core kinds in one fleet" if mixed else "one injection per fleet"
+        print(f"\n## {scen}; {title}\n")
+        print("| injected kind | regressions | correct first | " + " | ".join(cols) + " |")
         print("|---|---|---|" + "---|" * len(cols))
-        for k in kinds:
+        for k in [k for k in inj.KINDS if k in score or k in kinds]:
             c, n = score.get(k, [0, 0])
             print(f"| {k} | {n} | {c}/{n} ({100 * c / n:.0f} %) | " if n else f"| {k} | 0 | - | ", end="")
             print(" | ".join(str(table[k].get(col, "")) for col in cols) + " |")
         tot_c = sum(v[0] for v in score.values())
         tot_n = sum(v[1] for v in score.values())
         print(f"\ncorrect cause ranked first: {tot_c}/{tot_n} = {100 * tot_c / max(tot_n, 1):.1f} %")
-    undetected = [(r["kind"], r["seed"]) for r in results if r["kind"] and not any(e["matched"] for e in r["events"])]
-    print(f"\nscenarios whose injection was not detected: {len(undetected)} {undetected}")
+    undetected = [(t["kind"], r["seed"]) for r in results if r["kind"] for t in r["truth"]
+                  if not any(e["matched"] and e["truth_kind"] == t["kind"] for e in r["events"])]
+    print(f"\ninjections not detected by the pipeline: {len(undetected)} {undetected}")
     extra = [(r["kind"], e["at_end"]) for r in results if r["kind"] for e in r["events"] if not e["matched"]]
+    for k, e in extra:
+        print(f"  unmatched in {k}: {e['series']} {e['job']} {e['kernel'] or e['gpu_uuid']} onset {e['onset']} "
+              f"{e['magnitude_pct']:+.1f} % causes {e['causes']}")
     print(f"unmatched regressions in injected scenarios: {len(extra)}; with a cause: {sum(1 for _, e in extra if e['causes'])}")
     clean = [r for r in results if r["kind"] is None]
     fp = [e for r in clean for e in r["events"]]

@@ -127,6 +127,27 @@ def test_gpu_regression_without_job_takes_the_busiest_job(con):
     assert {k.kernel_id for k in ctx.after.kernels} == {GEMM, SOFTMAX}  # train's kernels, not other's
 
 
+def test_windows_end_at_the_job_s_other_regressions(con):
+    from analytics import detect
+
+    detect.ensure_tables(con)
+    other = [("e-later", "train", None, ONSET + dt.timedelta(hours=4)), ("e-gpu", "", "GPU-bbbb", ONSET - dt.timedelta(hours=5)),
+             ("e-same", "train", None, ONSET + dt.timedelta(hours=1)), ("e-close", "train", None, ONSET - dt.timedelta(hours=1)),
+             ("e-elsewhere", "serve", "GPU-zzzz", ONSET + dt.timedelta(hours=2))]
+    con.executemany("INSERT INTO regressions (event_id, series, series_key, job, gpu_uuid, onset, status, detected_at, updated_at) "
+                    "VALUES (?, 'job_gpu_busy_s', ?, ?, ?, ?, 'new', ?, ?)", [(e, e, j, g, o, o, o) for e, j, g, o in other])
+    try:
+        ctx = load_context(con, reg(), hours=WIN)
+        # a later event of the job ends the after-window; a GPU event of its GPUs starts the before-window;
+        # events within 2 h are the same change; other jobs' events do not count
+        assert (ctx.before.start, ctx.after.end) == (ONSET - dt.timedelta(hours=5), ONSET + dt.timedelta(hours=4))
+        assert (ctx.before.hours, ctx.after.hours) == (5, 4)
+        unclipped = load_context(con, reg(), hours=WIN, clip=False)
+        assert (unclipped.before.hours, unclipped.after.hours) == (6, 6)
+    finally:
+        con.execute("DELETE FROM regressions WHERE event_id IN (SELECT unnest(?::VARCHAR[]))", [[e for e, *_ in other]])
+
+
 def test_bad_hours_is_a_clear_error(con):
     with pytest.raises(ValueError, match="hours must be >= 1"):
         load_context(con, reg(), hours=0)
