@@ -32,8 +32,12 @@ def simulate(
     """Write realistic shards for a simulated fleet plus ground_truth.json."""
     from cudawatch import simulator
 
-    injections = simulator.parse_injections(inject) if inject else None
-    truth = simulator.simulate_fleet(out, gpus=gpus, hours=hours, seed=seed, start=_parse_start(start), injections=injections)
+    try:
+        injections = simulator.parse_injections(inject) if inject else None
+        truth = simulator.simulate_fleet(out, gpus=gpus, hours=hours, seed=seed, start=_parse_start(start), injections=injections)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
     typer.echo(f"wrote {truth.shards} shards for {gpus} GPUs x {hours} h to {out}; {len(truth.regressions)} injected regressions in {out / 'ground_truth.json'}")
 
 

@@ -60,3 +60,10 @@ def test_console_script_help_lists_the_contract_commands():
     out = subprocess.run([sys.executable, "-m", "cudawatch", "--help"], capture_output=True, text=True, check=True)
     for command in ("demo", "simulate", "ingest", "analyze", "report", "query", "diff"):
         assert command in out.stdout
+
+
+def test_simulate_rejects_a_bad_injection_spec_cleanly(tmp_path):
+    out = runner.invoke(app, ["simulate", "--out", str(tmp_path / "s"), "--gpus", "8", "--hours", "4", "--inject", "kind=bogus"])
+    assert out.exit_code == 2
+    assert "error:" in out.output and "bogus" in out.output
+    assert "Traceback" not in out.output
