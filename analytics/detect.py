@@ -88,7 +88,7 @@ class DetectConfig:
     went_away_hours: int = 6
     dedup_hours: int = 2
     min_share: float = 0.005
-    screen_z: float = 3.0
+    screen_z: float = 4.0
     drift: float | None = None
     incremental: bool = True
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
@@ -215,25 +215,30 @@ def estimate_drift(values: np.ndarray, *, short: int = 6, long: int = 24, min_se
     return float(math.sqrt(max(float(trim_mean(q, 0.2)), 0.0)))
 
 
-def screen_tail(values: np.ndarray, bad: int, z: float, tails=(3, 6, 12)) -> np.ndarray:
-    """Rows of ``values`` whose last 3, 6 or 12 hours sit more than ``z`` noise units the bad way
-    from the median of the rest (noise: MAD of first differences). Loose on purpose: it only
-    decides which series the full change-point test looks at."""
+def screen_tail(values: np.ndarray, bad: int, z: float, tails=(3, 6, 12), window: int = 48) -> np.ndarray:
+    """Rows of ``values`` whose last 3, 6 or 12 hours (their median) sit more than ``z`` noise units the bad way
+    from the median of the ``window`` hours before them (noise: MAD of first differences, the
+    white-noise scale). Looser than the change-point test it gates (which needs about 5 such units
+    at the default p-value, more with serial correlation or drift): it only decides which series
+    that test looks at."""
     n, hours = values.shape
     if n == 0:
         return np.zeros(0, dtype=bool)
-    ref = values[:, : max(hours - max(tails), 1)]
+    end = max(hours - max(tails), 1)
+    ref = values[:, max(0, end - window) : end]  # the recent past, as the change-point test sees it
+    med = np.median if not np.isnan(values).any() else np.nanmedian  # nanmedian is ~10x slower
     with np.errstate(all="ignore"), _quiet():
-        level = np.nanmedian(ref, axis=1)
+        level = med(ref, axis=1)
         d = np.diff(values, axis=1)
-        sigma = 1.4826 * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / math.sqrt(2)
+        sigma = 1.4826 * med(np.abs(d - med(d, axis=1, keepdims=True)), axis=1) / math.sqrt(2)
         sigma = np.where(sigma > 0, sigma, np.nanmean(np.abs(d), axis=1) / math.sqrt(2))
         hit = np.zeros(n, dtype=bool)
         for m in tails:
             tail = values[:, -m:]
             k = np.count_nonzero(~np.isnan(tail), axis=1)
-            zt = bad * (np.nanmean(tail, axis=1) - level) / (sigma / np.sqrt(np.maximum(k, 1)))
-            hit |= (k > 0) & ((zt > z) | ((sigma == 0) & (bad * (np.nanmean(tail, axis=1) - level) > 0)))
+            shift = bad * (med(tail, axis=1) - level)  # median: an outlier hour does not pass
+            zt = shift / (sigma / np.sqrt(np.maximum(k, 1)))
+            hit |= (k > 0) & ((zt > z) | ((sigma == 0) & (shift > 0)))
     return hit | np.isnan(sigma)
 
 
@@ -303,7 +308,7 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
         keys = [sr.series_key(name, k) for k in mat.keys]
         todo = np.ones(len(keys), dtype=bool)
         if config.incremental and len(keys):
-            todo = screen_tail(mat.values, spec.bad, config.screen_z)
+            todo = screen_tail(mat.values, spec.bad, config.screen_z, window=config.window)
             todo |= np.array([k in open_here for k in keys], dtype=bool)
         for i in np.flatnonzero(todo):
             steps = find_steps(mat.values[i], bad=spec.bad, period=spec.period, config=config)
