@@ -26,6 +26,10 @@ def _counts(db) -> dict:
         out = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] if t in have else None
                for t in ("kernels", "memcpy", "device", "health", "shard_ledger", "data_gaps", "regressions")}
         out["regression_rows"] = con.execute("SELECT * FROM regressions ORDER BY ALL").fetchall() if "regressions" in have else None
+        for t in ("baselines", "findings"):  # whole content, as row count and per-column hash sums
+            out[t] = con.execute(f"SELECT count(*), sum(hash(columns(*))::HUGEINT) FROM {t}").fetchone() if t in have else None
+        out["alert_outbox"] = (con.execute("SELECT event_id, channel, state, attempts, payload FROM alert_outbox ORDER BY ALL").fetchall()
+                               if "alert_outbox" in have else None)
         return out
     finally:
         con.close()
@@ -97,7 +101,9 @@ def test_backfill_three_hours_then_rerun_changes_nothing(dagbag, fleet, env, web
     assert reg["magnitude_pct"] > 15
     assert all(m["headers"].get("Idempotency-Key") == m["body"]["event_id"] for m in webhook)
 
-    # Re-running the middle hour changes nothing: rows, ledger, regressions, alerts sent.
+    assert after["baselines"][0] > 0 and after["alert_outbox"]
+    # Re-running the middle hour changes nothing: rows, ledger, baselines, regressions, findings,
+    # the alert outbox, and the alerts the webhook received.
     received = len(webhook)
     _hour_run(dagbag, PAST + 1)
     assert _counts(fleet["db"]) == after
