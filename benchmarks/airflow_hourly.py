@@ -1,0 +1,69 @@
+"""Time the hourly DAG's steps (analytics.pipeline) on a simulated fleet, outside Airflow.
+
+    python benchmarks/airflow_hourly.py --gpus 64 --hours 48
+
+Simulates the fleet, loads all hours but the last as history, then runs each hourly step for the
+last hour (as the DAG's tasks do: each opens and closes the warehouse under the writer lock) and
+prints seconds per step, then re-runs the hour (the idempotent path). Airflow's own per-task
+overhead comes on top (see docs/benchmarks/airflow.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=64)
+    ap.add_argument("--hours", type=int, default=48)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="cudawatch-bench-"))
+    os.environ.update(CUDAWATCH_SHARDS=str(work / "shards"), CUDAWATCH_DB=str(work / "cudawatch.duckdb"),
+                      CUDAWATCH_REPORTS=str(work / "reports"))
+    from analytics import pipeline, warehouse
+    from cudawatch.simulator import simulate_fleet
+
+    start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    t = time.perf_counter()
+    simulate_fleet(work / "shards", gpus=args.gpus, hours=args.hours, seed=args.seed, start=start)
+    sim_s = time.perf_counter() - t
+    con = warehouse.connect(work / "cudawatch.duckdb")
+    t = time.perf_counter()
+    for h in range(args.hours - 1):
+        warehouse.ingest_shards(work / "shards", con, hour=start + dt.timedelta(hours=h))
+    history_s = time.perf_counter() - t
+    con.close()
+
+    hour = start + dt.timedelta(hours=args.hours - 1)
+    part = pipeline.hourly_partitions()[0]
+    runs = []
+    for attempt in ("first", "rerun"):
+        steps = {}
+        t = time.perf_counter(); pipeline.check_arrival(part, hour); steps["wait_for_shards"] = time.perf_counter() - t
+        t = time.perf_counter(); pipeline.ingest_hour(part, hour); steps["ingest"] = time.perf_counter() - t
+        t = time.perf_counter(); pipeline.update_baselines(hour); steps["update_baselines"] = time.perf_counter() - t
+        t = time.perf_counter(); regs = pipeline.detect(hour); steps["detect"] = time.perf_counter() - t
+        t = time.perf_counter(); regs = pipeline.root_cause(hour, regs); steps["root_cause"] = time.perf_counter() - t
+        t = time.perf_counter(); pipeline.send_alerts(hour, regs); steps["send_alerts"] = time.perf_counter() - t
+        runs.append({"run": attempt, "regressions": len(regs), "steps_s": {k: round(v, 2) for k, v in steps.items()},
+                     "total_s": round(sum(steps.values()), 2)})
+    print(json.dumps({
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpus": args.gpus, "hours": args.hours, "simulate_s": round(sim_s, 1), "history_ingest_s": round(history_s, 1),
+        "runs": runs,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
