@@ -49,8 +49,16 @@ CREATE TABLE IF NOT EXISTS data_gaps (
 # --------------------------------------------------------------------------- configuration
 
 
+def _in_airflow_task() -> bool:
+    """True inside an Airflow task: the task runner exports ``AIRFLOW_CTX_DAG_ID`` before running
+    it. Outside (CLI, benchmarks) Airflow is neither imported (5 s) nor asked."""
+    return bool(os.environ.get("AIRFLOW_CTX_DAG_ID"))
+
+
 def _airflow_variable(key: str) -> str | None:
     """An Airflow Variable's value inside a running task; None outside Airflow or when unset."""
+    if not _in_airflow_task():
+        return None
     try:
         from airflow.sdk import Variable
     except ImportError:
@@ -65,6 +73,8 @@ def _airflow_variable(key: str) -> str | None:
 
 def _airflow_connection_secret(conn_id: str) -> str | None:
     """A URL kept in an Airflow Connection: its password if set, else its host (a full URL)."""
+    if not _in_airflow_task():
+        return None
     try:
         from airflow.sdk import BaseHook
     except ImportError:

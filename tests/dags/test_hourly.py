@@ -8,6 +8,7 @@ hour 27 is re-run. A second, two-cluster fleet checks partition mapping and a mi
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import duckdb
 import pytest
@@ -71,7 +72,13 @@ def _hour_run(dagbag, hour: int):
     return dr
 
 
-def test_backfill_three_hours_then_rerun_changes_nothing(dagbag, fleet, env, webhook):
+def test_backfill_three_hours_then_rerun_changes_nothing(dagbag, fleet, env, webhook, monkeypatch):
+    # The webhook URL comes from the Airflow connection, which wins over the environment fallback.
+    import os
+
+    url = os.environ["CUDAWATCH_WEBHOOK_URL"]
+    monkeypatch.setenv("AIRFLOW_CONN_CUDAWATCH_WEBHOOK", json.dumps({"conn_type": "http", "password": url}))
+    monkeypatch.setenv("CUDAWATCH_WEBHOOK_URL", "http://127.0.0.1:9/not-this-one")
     before = _counts(fleet["db"])
     for hour in (PAST, PAST + 1, PAST + 2):
         dr = _hour_run(dagbag, hour)
@@ -148,7 +155,9 @@ def test_missing_shard_completes_and_records_gap_across_partitions(dagbag, airfl
     lost[0].unlink()
     db = tmp_path / "cudawatch.duckdb"
     monkeypatch.setenv("CUDAWATCH_DB", str(db))
-    monkeypatch.setenv("CUDAWATCH_PARTITIONS", ",".join(f"{n}={p}" for n, p in roots.items()))
+    # Partitions from the Airflow Variable cudawatch_partitions, which wins over the environment.
+    monkeypatch.setenv("AIRFLOW_VAR_CUDAWATCH_PARTITIONS", ",".join(f"{n}={p}" for n, p in roots.items()))
+    monkeypatch.setenv("CUDAWATCH_PARTITIONS", f"wrong={tmp_path / 'nowhere'}")
     from analytics import warehouse
 
     con = warehouse.connect(db)
