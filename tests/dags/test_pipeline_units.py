@@ -1,0 +1,110 @@
+"""Small pieces of the DAG steps: the writer lock, hour handling, partitions config, XCom round trip."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import time
+
+import pytest
+
+from analytics import pipeline
+from analytics.locking import LockTimeout, writer_lock
+from analytics.results import Finding, Regression
+from cudawatch.config import ConfigError
+
+UTC = dt.timezone.utc
+
+HOLD = r"""
+import sys, time
+from analytics.locking import writer_lock
+with writer_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_writer_lock_excludes_another_process_and_is_released(tmp_path):
+    db = tmp_path / "w.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db), "3"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockTimeout, match="locked by another writer"):
+            with writer_lock(db, timeout_s=0.3, poll_s=0.05):
+                pass
+        t = time.monotonic()
+        with writer_lock(db, timeout_s=10, poll_s=0.05):  # waits for the holder to let go
+            assert time.monotonic() - t > 1.5
+        assert holder.wait(timeout=10) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_writer_lock_is_freed_when_the_holder_dies(tmp_path):
+    db = tmp_path / "w.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db), "60"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    with writer_lock(db, timeout_s=2):
+        pass
+
+
+def test_hour_of_accepts_pendulum_iso_and_naive():
+    import pendulum
+
+    want = dt.datetime(2026, 11, 1, 5, tzinfo=UTC)
+    assert pipeline.hour_of(pendulum.datetime(2026, 11, 1, 5, 20, tz="UTC")) == want
+    assert pipeline.hour_of(pendulum.datetime(2026, 11, 1, 6, 20, tz="Europe/Berlin")) == want
+    assert pipeline.hour_of("2026-11-01T05:59:59Z") == want
+    assert pipeline.hour_of(dt.datetime(2026, 11, 1, 5, 1)) == want
+    assert type(pipeline.hour_of(pendulum.datetime(2026, 11, 1, 5, tz="UTC"))) is dt.datetime
+
+
+def test_partitions_from_config(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDAWATCH_SHARDS", str(tmp_path))
+    monkeypatch.delenv("CUDAWATCH_PARTITIONS", raising=False)
+    assert pipeline.hourly_partitions() == [{"name": "default", "shards": str(tmp_path)}]
+    monkeypatch.setenv("CUDAWATCH_PARTITIONS", "east=/a, west=/b")
+    assert pipeline.hourly_partitions() == [{"name": "east", "shards": "/a"}, {"name": "west", "shards": "/b"}]
+    for bad in ("east", "east=/a,east=/b", "=/a"):
+        monkeypatch.setenv("CUDAWATCH_PARTITIONS", bad)
+        with pytest.raises(ConfigError, match="cudawatch_partitions"):
+            pipeline.hourly_partitions()
+    monkeypatch.setenv("CUDAWATCH_WAIT_GRACE_MIN", "soon")
+    with pytest.raises(ConfigError, match="CUDAWATCH_WAIT_GRACE_MIN"):
+        pipeline.Settings.resolve()
+
+
+def test_sensor_waits_until_grace_then_proceeds(monkeypatch, tmp_path):
+    """Expected hosts come from the previous hours; a missing one holds the sensor until the grace."""
+    from cudawatch.simulator import simulate_fleet
+    from cudawatch import shards as sh
+
+    start = dt.datetime(2026, 11, 1, tzinfo=UTC)
+    simulate_fleet(tmp_path, gpus=16, hours=3, seed=4, start=start, injections=[])
+    part = {"name": "default", "shards": str(tmp_path)}
+    hour = start + dt.timedelta(hours=2)
+    monkeypatch.setenv("CUDAWATCH_WAIT_GRACE_MIN", "20")
+    done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1))
+    assert done and info["missing"] == []
+    sh.list_shards(tmp_path, "health", hour)[0].unlink()
+    done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=19))
+    assert not done and [m[1] for m in info["missing"]] == ["health"]
+    done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=20))
+    assert done and len(info["missing"]) == 1
+
+
+def test_regression_round_trips_through_xcom_json():
+    import json
+
+    r = Regression(job="train", kernel="gemm<float>", kernel_id="ab", gpu_uuid=None, series="kernel_mean_ns",
+                   onset=dt.datetime(2026, 11, 2, 3, tzinfo=UTC), before=1.0, after=1.3, magnitude_pct=30.0,
+                   p_value=1e-9, severity="high", share_gpu_time=0.4, signature="1x1x1/128x1x1/r32/s0",
+                   status="new", detected_at=dt.datetime(2026, 11, 2, 5, tzinfo=UTC),
+                   causes=(Finding("same_config_slower", 0.9, {"before_ns": 1.0, "when": dt.date(2026, 11, 2)}, "look"),))
+    back = pipeline.regression_from_dict(json.loads(json.dumps(pipeline.regression_to_dict(r))))
+    assert back == r and back.event_id == r.event_id
+    assert back.causes[0].evidence == {"before_ns": 1.0, "when": "2026-11-02"}
