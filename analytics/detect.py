@@ -86,7 +86,7 @@ class DetectConfig:
     max_pvalue: float = 1e-6
     min_magnitude_pct: float = 2.0
     went_away_hours: int = 6
-    dedup_hours: int = 2
+    dedup_hours: int = 6
     min_share: float = 0.005
     screen_z: float = 4.0
     drift: float | None = None

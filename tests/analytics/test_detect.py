@@ -140,9 +140,12 @@ def test_load_regressions_filters_and_fills_causes(tmp_path):
     assert [r.event_id for r in detect.load_regressions(ro)] == [reg.event_id]
 
 
-def test_load_regressions_before_any_detection_is_empty(tmp_path):
+def test_empty_warehouse_gives_no_regressions(tmp_path):
     con = warehouse.connect(tmp_path / "empty.duckdb")
-    assert detect.load_regressions(con) == []
+    assert detect.load_regressions(con) == []  # before any detection run: no table yet
+    baselines.update_baselines(con, START)
+    assert detect.detect_regressions(con, START + dt.timedelta(minutes=30)) == []
+    assert con.execute("SELECT count(*) FROM regressions").fetchone()[0] == 0
 
 
 def test_ewma_deviation_check_is_the_articles_rule():
