@@ -71,7 +71,9 @@ class DetectConfig:
     min_size, window, max_pvalue, min_magnitude_pct: passed to detect_change_points.
     went_away_hours: a step that reverts within this many hours is recorded as went_away.
     dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
-    min_share: kernel-level events below this share of their job's GPU time are not raised.
+    min_share: kernel-level events below this share of their job's GPU time are not raised (0: all).
+    symptom_hours: a job or kernel step this close to a step of its GPU's clocks (or a job step this
+    close to a kernel step of the same job) is taken as that event's symptom, not a new event.
     screen_z: incremental mode's tail screen threshold; incremental=False analyses every series.
     drift: relative random-walk drift per hour of the series' level (see detect_change_points);
     None estimates it across the fleet's kernel series each run (``estimate_drift``).
@@ -87,7 +89,8 @@ class DetectConfig:
     min_magnitude_pct: float = 2.0
     went_away_hours: int = 6
     dedup_hours: int = 6
-    min_share: float = 0.005
+    min_share: float = 0.0
+    symptom_hours: int = 2
     screen_z: float = 4.0
     drift: float | None = None
     incremental: bool = True
@@ -316,7 +319,10 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
             for st in steps:
                 if st.index < mat.hours - config.tail_hours or abs(st.magnitude_pct) < config.min_magnitude_pct:
                     continue
-                candidates.append(_candidate(name, mat, i, keys[i], st, shares, gpu_jobs, as_of, config))
+                cand = _candidate(name, mat, i, keys[i], st, shares, gpu_jobs, as_of, config)
+                if spec.kernel_level and cand.reg.share_gpu_time < config.min_share:
+                    continue
+                candidates.append(cand)
         for rows in open_here.values():  # open events whose series vanished from the window
             updates += _update_open(rows, [], mat, None, as_of, config)
     candidates = _dedup(candidates, existing, config)
@@ -425,6 +431,7 @@ def _update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
 def _dedup(cands: list[_Candidate], existing: list[dict], config) -> list[_Candidate]:
     """One event per regression: per kernel (all its signatures and series), per job, per GPU."""
     near = dt.timedelta(hours=config.dedup_hours)
+    symptom = dt.timedelta(hours=config.symptom_hours)
 
     def scope(c: _Candidate):
         r = c.reg
@@ -443,9 +450,9 @@ def _dedup(cands: list[_Candidate], existing: list[dict], config) -> list[_Candi
         s, onset = scope(c), c.reg.onset
         if any(ts == s and abs(o - onset) <= near for ts, o, _ in taken):
             continue
-        if s[0] == "job" and any(ts[0] == "kernel" and j == c.reg.job and abs(o - onset) <= near for ts, o, j in taken):
+        if s[0] == "job" and any(ts[0] == "kernel" and j == c.reg.job and abs(o - onset) <= symptom for ts, o, j in taken):
             continue
-        if s[0] != "gpu" and any(abs(o - onset) <= near and c.reg.job in jobs for o, jobs in gpu_events):
+        if s[0] != "gpu" and any(abs(o - onset) <= symptom and c.reg.job in jobs for o, jobs in gpu_events):
             continue
         kept.append(c)
         taken.append((s, onset, c.reg.job))
@@ -453,7 +460,7 @@ def _dedup(cands: list[_Candidate], existing: list[dict], config) -> list[_Candi
             gpu_events.append((onset, c.extra.get("jobs", set())))
     # job-level events found before a kernel event of the same job at the same onset are dropped too
     return [c for c in kept if not (scope(c)[0] == "job" and any(
-        scope(k)[0] == "kernel" and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= near for k in kept))]
+        scope(k)[0] == "kernel" and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= symptom for k in kept))]
 
 
 def _scope(series, job, kernel_id, gpu_uuid, signature) -> tuple:
