@@ -141,6 +141,11 @@ class Window:
     other_jobs: int = 0
     records: int = 0
     dropped_records: int = 0
+    #: Per UTC hour: the job's kernel seconds, observed process-GPU seconds and launches, so rules can
+    #: compare an hour with the same hour a day earlier (inference load follows the time of day).
+    hourly_busy_s: Mapping[dt.datetime, float] = field(default_factory=dict)
+    hourly_wall_s: Mapping[dt.datetime, float] = field(default_factory=dict)
+    hourly_launches: Mapping[dt.datetime, float] = field(default_factory=dict)
 
     def per_hour(self, value: float) -> float:
         return value / self.hours if self.hours else 0.0
@@ -365,6 +370,15 @@ def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, 
         f"SELECT window_start >= ?, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) FROM kernels "
         f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? GROUP BY ALL",
         [mid, gpus, job, start, end]).fetchall())
+    hourly: tuple[dict, dict] = ({}, {})
+    for side, hour, b, n in con.execute(
+            f"SELECT window_start >= ?, date_trunc('hour', window_start), sum(total_ns / {_DUTY}) / 1e9, sum(launches / {_DUTY}) "
+            f"FROM kernels WHERE {where} GROUP BY ALL", params).fetchall():
+        hourly[1 if side else 0][_utc(hour)] = [float(b or 0), 0.0, float(n or 0)]
+    for side, hour, w in con.execute(
+            f"SELECT side, hour, sum(window_s) FROM (SELECT DISTINCT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, "
+            f"run_id, pid, gpu_uuid, window_start, window_s FROM kernels WHERE {where}) GROUP BY ALL", params).fetchall():
+        hourly[1 if side else 0].setdefault(_utc(hour), [0.0, 0.0, 0.0])[1] = float(w or 0)
     health = _sides(con.execute(f"SELECT window_start >= ?, sum(records), sum(dropped_records) FROM health WHERE {where} GROUP BY ALL",
                                 params).fetchall())
     out = []
@@ -374,7 +388,10 @@ def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, 
         records, dropped = health[i].get(None, (0, 0))
         out.append({"gpu_kernels": gk[i], "hours": int(hours), "busy_s": float(busy_s or 0),
                     "wall_s": float((wall[i].get(None) or (0,))[0] or 0), "other_busy_s": float(other_s or 0),
-                    "other_jobs": int(other_jobs), "records": int(records or 0), "dropped_records": int(dropped or 0)})
+                    "other_jobs": int(other_jobs), "records": int(records or 0), "dropped_records": int(dropped or 0),
+                    "hourly_busy_s": {h: v[0] for h, v in hourly[i].items()},
+                    "hourly_wall_s": {h: v[1] for h, v in hourly[i].items()},
+                    "hourly_launches": {h: v[2] for h, v in hourly[i].items()}})
     return out[0], out[1]
 
 

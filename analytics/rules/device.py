@@ -8,6 +8,7 @@ identification does per rank.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import statistics
 
@@ -96,25 +97,48 @@ def straggler_gpu(ctx: RegressionContext) -> Finding | None:
        "errors (nvidia-smi -q -d ECC,PERFORMANCE) and PCIe/NVLink health; exclude it if it stays slow.")
 
 
+def _day_matched(b, a) -> tuple[tuple[float, float, float], tuple[float, float, float], int] | None:
+    """(busy, wall, launches) summed over after-hours and over the same hours one day earlier, when
+    >= 3 such pairs exist: inference load follows the time of day, so a night hour is compared with
+    a night hour."""
+    day = dt.timedelta(hours=24)
+    pairs = [(h - day, h) for h in a.hourly_wall_s if (h - day) in b.hourly_wall_s]
+    if len(pairs) < 3:
+        return None
+    sb = tuple(sum(m[hb] for hb, _ in pairs) for m in (b.hourly_busy_s, b.hourly_wall_s, b.hourly_launches))
+    sa = tuple(sum(m[ha] for _, ha in pairs) for m in (a.hourly_busy_s, a.hourly_wall_s, a.hourly_launches))
+    return sb, sa, len(pairs)
+
+
 def gpu_idle_gaps(ctx: RegressionContext) -> Finding | None:
     """The job's GPU busy share of wall time fell while wall time did not and launches per second fell:
-    the GPU waits for the host (input pipeline, Python overhead, synchronisation)."""
+    the GPU waits for the host (input pipeline, Python overhead, synchronisation). Hours after onset
+    are compared with the same hours a day earlier when the before-window has them."""
     b, a = ctx.before, ctx.after
     if b.wall_s <= 0 or a.wall_s <= 0 or b.hours < 3 or a.hours < 1:
         return None
-    busy_b, busy_a = b.busy_s / b.wall_s, a.busy_s / a.wall_s
-    wall_rel = change(b.per_hour(b.wall_s), a.per_hour(a.wall_s))
-    launches_b = sum(k.launches for k in b.kernels) / b.wall_s
-    launches_a = sum(k.launches for k in a.kernels) / a.wall_s
-    drop = 1 - busy_a / busy_b if busy_b > 0 else 0.0
-    if drop < MIN_IDLE_DROP or busy_b - busy_a < MIN_IDLE_POINTS or (wall_rel is not None and wall_rel < -0.1):
+    matched = _day_matched(b, a)
+    if matched is not None:
+        (busy_b, wall_b, n_b), (busy_a, wall_a, n_a), pairs = matched
+    else:
+        busy_b, wall_b, n_b = b.busy_s, b.wall_s, sum(k.launches for k in b.kernels)
+        busy_a, wall_a, n_a = a.busy_s, a.wall_s, sum(k.launches for k in a.kernels)
+        pairs = 0
+    if wall_b <= 0 or wall_a <= 0:
+        return None
+    share_b, share_a = busy_b / wall_b, busy_a / wall_a
+    hours_b, hours_a = (pairs, pairs) if pairs else (b.hours, a.hours)
+    wall_rel = change(wall_b / hours_b, wall_a / hours_a)
+    launches_b, launches_a = n_b / wall_b, n_a / wall_a
+    drop = 1 - share_a / share_b if share_b > 0 else 0.0
+    if drop < MIN_IDLE_DROP or share_b - share_a < MIN_IDLE_POINTS or (wall_rel is not None and wall_rel < -0.1):
         return None
     if launches_b <= 0 or launches_a / launches_b > 0.95:
         return None  # same launch rate, shorter kernels: the GPU got faster, not idle
     return finding("gpu_idle_gaps", 0.55 + 0.2 * strength(drop, MIN_IDLE_DROP, 0.4), {
-        "busy_share_before": busy_b, "busy_share_after": busy_a,
-        "wall_s_per_hour_before": b.per_hour(b.wall_s), "wall_s_per_hour_after": a.per_hour(a.wall_s),
-        "launches_per_s_before": launches_b, "launches_per_s_after": launches_a,
+        "busy_share_before": share_b, "busy_share_after": share_a,
+        "wall_s_per_hour_before": wall_b / hours_b, "wall_s_per_hour_after": wall_a / hours_a,
+        "launches_per_s_before": launches_b, "launches_per_s_after": launches_a, "same_hour_pairs": pairs,
     }, "The GPU sits idle between kernels more than before (host- or input-bound): profile the host side "
        "(data loading, Python overhead, synchronisation); more DataLoader workers, prefetching or CUDA Graphs help.")
 

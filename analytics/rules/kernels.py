@@ -166,45 +166,62 @@ def kernel_vanished(ctx: RegressionContext) -> Finding | None:
 
 
 def more_launches(ctx: RegressionContext) -> Finding | None:
-    """A kernel present on both sides launches >= 10 % more per hour (beyond hourly noise)."""
+    """A kernel present on both sides takes a >= 10 % larger share of the job's launches, beyond the
+    hourly noise of that share. Shares, not launches per hour: an inference job's launches follow its
+    daily load, and more requests are not a regression; more launches of one kernel per unit of work are."""
     if ctx.scope == "gpu":
         return None
     before, after = ctx.before.by_kernel_id(), ctx.after.by_kernel_id()
-    hourly_b = _hourly_launches(ctx.before.kernels)
-    hourly_a = _hourly_launches(ctx.after.kernels)
+    total_b = sum(k.launches for k in ctx.before.kernels)
+    total_a = sum(k.launches for k in ctx.after.kernels)
+    if total_b <= 0 or total_a <= 0:
+        return None
+    share_b, share_a = _hourly_shares(ctx.before.kernels), _hourly_shares(ctx.after.kernels)
     best = None
     for kid, (name, la, ns) in after.items():
         if kid not in before or not in_scope(ctx, kid):
             continue
         _, lb, nsb = before[kid]
-        rb, ra = ctx.before.per_hour(lb), ctx.after.per_hour(la)
-        rel = change(rb, ra)
-        if rel is None or rel < MIN_MORE_LAUNCHES or not beyond_noise(hourly_b.get(kid, ()), hourly_a.get(kid, ())):
+        rel = change(lb / total_b, la / total_a)
+        if rel is None or rel < MIN_MORE_LAUNCHES or not beyond_noise(share_b.get(kid, ()), share_a.get(kid, ())):
             continue
-        impact = (ra - rb) * (nsb / lb if lb else 0.0) / 1e9
+        rb, ra = ctx.before.per_hour(lb), ctx.after.per_hour(la)
+        # added GPU time: the extra launches per unit of the job's work, at the old cost per launch
+        impact = ctx.after.per_hour(la - lb / total_b * total_a) * (nsb / lb if lb else 0.0) / 1e9
         if ctx.scope == "job" and _explained(ctx, impact) < MIN_EXPLAINED:
             continue
         if best is None or impact > best[0]:
-            best = (impact, rel, kid, name, rb, ra)
+            best = (impact, rel, kid, name, rb, ra, lb / total_b, la / total_a)
     if best is None:
         return None
-    impact, rel, kid, name, rb, ra = best
+    impact, rel, kid, name, rb, ra, sb, sa = best
     # more launches explain more GPU time or launches, not a slower launch (kernel_mean_ns)
     kernel_conf = 0.4 if ctx.regression.series == "kernel_mean_ns" else 0.8
     conf = _scale(ctx, kernel_conf, 0.4, impact)
     return finding("more_launches", conf, {
         "kernel": name, "kernel_id": kid, "launches_per_hour_before": rb, "launches_per_hour_after": ra,
+        "share_of_job_launches_before": sb, "share_of_job_launches_after": sa,
         "change_pct": 100 * rel, "added_gpu_s_per_hour": impact,
-    }, "The kernel is launched more often per hour: check for smaller batches, extra iterations or a loop "
-       "that is no longer fused; CUDA Graphs or fusion cut launch counts.")
+    }, "The kernel is launched more often per unit of work: check for smaller batches, extra iterations or a "
+       "loop that is no longer fused; CUDA Graphs or fusion cut launch counts.")
 
 
-def _hourly_launches(kernels) -> dict[str, tuple[float, ...]]:
-    """Launches per hour by kernel_id, signatures of one kernel summed hour by hour."""
+def _hourly_shares(kernels) -> dict[str, tuple[float, ...]]:
+    """Per kernel_id, its share of the job's launches in each hour."""
+    per_kernel = _hourly_launches(kernels)
+    total: dict[int, float] = {}
+    for per_hour in per_kernel.values():
+        for h, v in per_hour.items():
+            total[h] = total.get(h, 0.0) + v
+    return {kid: tuple(v / total[h] for h, v in per_hour.items() if total.get(h)) for kid, per_hour in per_kernel.items()}
+
+
+def _hourly_launches(kernels) -> dict[str, dict[int, float]]:
+    """Launches per hour by kernel_id (hour index -> launches), signatures of one kernel summed hour by hour."""
     out: dict[str, dict[int, float]] = {}
     for k in kernels:
         hours = k.hour_index or range(len(k.hourly_launches))
         per_hour = out.setdefault(k.kernel_id, {})
         for h, v in zip(hours, k.hourly_launches):
             per_hour[h] = per_hour.get(h, 0.0) + v
-    return {kid: tuple(v.values()) for kid, v in out.items()}
+    return out

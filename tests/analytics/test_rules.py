@@ -38,13 +38,14 @@ def gpu_kernels(means: dict[str, float], kid=GEMM, launches=3600.0 * H):
     return {(g, kid): (launches, launches * m) for g, m in means.items()}
 
 
-def window(start, kernels=(), memcpy=(), devices=None, gpu_k=None, wall=None, busy=None, other=0.0, other_jobs=0, hours=H):
+def window(start, kernels=(), memcpy=(), devices=None, gpu_k=None, wall=None, busy=None, other=0.0, other_jobs=0, hours=H,
+           hourly=None):
     kernels = tuple(kernels)
     busy_s = sum(k.total_ns for k in kernels) / 1e9 if busy is None else busy
     return Window(start, start + dt.timedelta(hours=hours), hours, (), kernels, tuple(memcpy),
                   devices if devices is not None else {g: dev(g) for g in GPUS},
                   gpu_k if gpu_k is not None else gpu_kernels({g: 100_000.0 for g in GPUS}),
-                  busy_s, wall if wall is not None else 3600.0 * H * len(GPUS), other, other_jobs)
+                  busy_s, wall if wall is not None else 3600.0 * H * len(GPUS), other, other_jobs, **(hourly or {}))
 
 
 def ctx(before_kw=None, after_kw=None, *, series="kernel_mean_ns", kernel_id=GEMM, gpu=None, signature=None):
@@ -162,13 +163,24 @@ def test_kernel_vanished_negative_sporadic_kernel():
 
 
 def test_more_launches_positive():
-    f = rules.more_launches(ctx(after_kw={"kernels": [kstats(rate=4500.0)]}, series="kernel_launches"))
-    assert f.evidence["change_pct"] == pytest.approx(25.0, abs=0.5) and f.confidence == pytest.approx(0.8)
+    eltw = kstats(kid=ELTW, name="elementwise_add", mean=5_000.0, rate=1800.0)
+    eltw_more = kstats(kid=ELTW, name="elementwise_add", mean=5_000.0, rate=2700.0)
+    f = rules.more_launches(ctx({"kernels": [kstats(), eltw]}, {"kernels": [kstats(), eltw_more]}, series="kernel_launches",
+                                kernel_id=ELTW))
+    assert f.evidence["launches_per_hour_after"] == pytest.approx(2700.0, rel=0.01)
+    assert f.evidence["change_pct"] == pytest.approx(100 * ((2700 / 6300) / (1800 / 5400) - 1), abs=0.5)  # +28.6 %
+    assert f.confidence == pytest.approx(0.8)
 
 
-def test_more_launches_negative():
-    assert rules.more_launches(ctx(after_kw={"kernels": [kstats(rate=3800.0)]}, series="kernel_launches")) is None  # +5.6 %
-    assert rules.more_launches(ctx(after_kw={"kernels": [kstats(rate=2000.0)]}, series="kernel_launches")) is None  # fewer
+def test_more_launches_negative_small_or_load_driven():
+    eltw = kstats(kid=ELTW, mean=5_000.0, rate=7200.0)
+    small = ctx({"kernels": [kstats(), eltw]}, {"kernels": [kstats(), kstats(kid=ELTW, mean=5_000.0, rate=7500.0)]},
+                series="kernel_launches", kernel_id=ELTW)
+    assert rules.more_launches(small) is None  # +4 % of the job's launches
+    # the whole job launches 40 % more (busier hours of an inference service): not more launches per unit of work
+    busier = ctx({"kernels": [kstats(), eltw]}, {"kernels": [kstats(rate=5040.0), kstats(kid=ELTW, mean=5_000.0, rate=10080.0)]},
+                 series="kernel_launches", kernel_id=ELTW)
+    assert rules.more_launches(busier) is None
 
 
 # --- copy rules ----------------------------------------------------------------------------------
@@ -255,6 +267,33 @@ def test_gpu_idle_gaps_negative_faster_kernels_or_shorter_wall():
     half_wall = ctx({"kernels": [kstats(rate=busy)]}, {"kernels": [kstats(rate=busy / 2)], "wall": 3600.0 * H * 2},
                     series="job_gpu_busy_s", kernel_id=None)
     assert rules.gpu_idle_gaps(half_wall) is None  # the job ran on fewer GPUs, busy share unchanged
+
+
+def diurnal_window(start, hours, load, busy_share=0.6, gpus=4):
+    """Hourly busy/wall/launches of a job whose launches follow ``load(hour of day)``; the busy share moves with it."""
+    hrs = [start + dt.timedelta(hours=i) for i in range(hours)]
+    wall = {h: 3600.0 * gpus for h in hrs}
+    busy = {h: 3600.0 * gpus * busy_share * load(h.hour) for h in hrs}
+    launches = {h: 1e6 * load(h.hour) for h in hrs}
+    return dict(wall=sum(wall.values()), busy=sum(busy.values()), hours=hours, hourly_wall_s=wall, hourly_busy_s=busy,
+                hourly_launches=launches)
+
+
+def test_gpu_idle_gaps_compares_same_hours_of_day():
+    load = lambda hour: 0.5 + 0.5 * (8 <= hour < 20)  # noqa: E731 - busy by day, half as busy at night
+    b = diurnal_window(ONSET - dt.timedelta(hours=H), H, load)
+    night = diurnal_window(ONSET, 6, load)  # the onset is midnight: six night hours after it
+    kw = {"kernels": [kstats(rate=1e6)]}
+
+    def with_hourly(window_kw):
+        return dict(kw, wall=window_kw["wall"], busy=window_kw["busy"], hours=window_kw["hours"],
+                    hourly={k: window_kw[k] for k in ("hourly_wall_s", "hourly_busy_s", "hourly_launches")})
+
+    c = ctx(with_hourly(b), with_hourly(night), series="job_gpu_busy_s", kernel_id=None)
+    assert rules.gpu_idle_gaps(c) is None  # quieter night hours, as quiet as the night before
+    slow = diurnal_window(ONSET, 6, lambda hour: 0.7 * load(hour))
+    f = rules.gpu_idle_gaps(ctx(with_hourly(b), with_hourly(slow), series="job_gpu_busy_s", kernel_id=None))
+    assert f.evidence["same_hour_pairs"] == 6 and f.evidence["busy_share_after"] == pytest.approx(0.7 * f.evidence["busy_share_before"])
 
 
 def test_contention_positive():
