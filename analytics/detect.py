@@ -412,7 +412,7 @@ def _update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
         status = "new" if row["detected_at"] == as_of else "ongoing"
         before, after, mag, p, ended = row["before"], row["after"], row["magnitude_pct"], row["p_value"], None
         if match is not None:
-            after, mag, p = match.after, match.magnitude_pct, match.p_value
+            after, mag, p = match.after, max(-MAX_MAGNITUDE_PCT, min(MAX_MAGNITUDE_PCT, match.magnitude_pct)), match.p_value
             if match.reverted_index is not None:
                 ended = mat.hour_at(match.reverted_index)
         elif i is None:

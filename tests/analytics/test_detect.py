@@ -195,6 +195,7 @@ def test_simulated_fleet_every_injection_found_once(tmp_path):
             found = [r for r in regs if matches(t, r)]
             assert len(found) == 1, (t, [r.to_json() for r in regs])
     assert len(regs) == len([t for t in truth if t["kind"] in DETECTABLE])  # nothing else raised
+    assert all(abs(r.magnitude_pct) <= detect.MAX_MAGNITUDE_PCT for r in regs)
 
 
 def test_simulated_clean_fleet_has_no_regressions(tmp_path):
