@@ -168,34 +168,11 @@ def _env(text: bool = False) -> jinja2.Environment:
 # --- regressions --------------------------------------------------------------------------------
 
 def load_report_regressions(con, end: dt.datetime) -> list[Regression]:
-    """Regressions known up to ``end`` from the detector's table (``analytics.detect.load_regressions``);
-    an empty list while the warehouse has no regressions table yet."""
-    try:
-        from analytics.detect import load_regressions
-    except ImportError:
-        return []
-    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'regressions'").fetchone()[0]
-    if not has:
-        return []
-    # load_regressions runs CREATE TABLE IF NOT EXISTS, which DuckDB refuses on a read-only
-    # connection even when the table exists; the table is there, so those statements are skipped.
-    return list(load_regressions(_SkipCreate(con), until=end))
+    """Regressions known up to ``end`` from the detector's table (``analytics.detect.load_regressions``,
+    which returns an empty list while the warehouse has no regressions table yet)."""
+    from analytics.detect import load_regressions
 
-
-class _SkipCreate:
-    """A connection wrapper that skips ``CREATE ... IF NOT EXISTS`` statements (the tables exist)
-    and passes everything else through, so readers work on read-only connections."""
-
-    def __init__(self, con):
-        self._con = con
-
-    def execute(self, sql, *args, **kwargs):
-        if sql.lstrip().upper().startswith("CREATE") and "IF NOT EXISTS" in sql.upper():
-            return self._con
-        return self._con.execute(sql, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._con, name)
+    return list(load_regressions(con, until=end))
 
 
 def classify(regressions: Iterable[Regression], start: dt.datetime, end: dt.datetime) -> list[tuple[str, Regression]]:
