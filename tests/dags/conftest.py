@@ -7,9 +7,11 @@ shared by the tests (each test uses its own shard root, warehouse and logical da
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -21,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="cudawatch-airflow-"))
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
 
 AIRFLOW_ENV = {
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
