@@ -264,7 +264,8 @@ def arrival(partition: dict[str, str], hour: dt.datetime, lookback_h: int) -> di
 
 
 def check_arrival(partition: dict[str, str], hour: dt.datetime | str, now: dt.datetime | None = None) -> tuple[bool, dict]:
-    """The sensor's poke: done when every expected host sent its shards, or when the grace period
+    """The sensor's poke: done when every expected host sent its shards (and at least one shard
+    arrived), or when the grace period
     after the hour has passed (then the pipeline proceeds with what arrived; ``ingest_hour``
     records the rest in ``data_gaps``). ``now`` is only used for that deadline."""
     cfg = Settings.resolve()
@@ -272,7 +273,8 @@ def check_arrival(partition: dict[str, str], hour: dt.datetime | str, now: dt.da
     info = arrival(partition, hour, cfg.expect_lookback_h)
     deadline = hour + dt.timedelta(hours=1, minutes=cfg.wait_grace_min)
     now = now or dt.datetime.now(UTC)
-    done = not info["missing"] or now >= deadline
+    # Nothing at all yet (a new deployment, or the whole partition late) also waits for the grace.
+    done = (bool(info["present"]) and not info["missing"]) or now >= deadline
     if done and info["missing"]:
         log.warning("hour %s partition %s: proceeding without %d expected (host, table) shards: %s",
                     hour.isoformat(), partition["name"], len(info["missing"]), info["missing"][:10])

@@ -5,8 +5,9 @@ For each UTC hour (the run's `data_interval_start`): wait for the hour's shards,
 update baselines, detect regressions, attach root causes and send alerts for new regressions.
 
 * **wait_for_shards** (sensor, reschedule mode, one per partition): done when every host seen in
-  the previous hours has sent its shards, or once the grace period after the hour has passed
-  (`cudawatch_wait_grace_min`, default 20 min); then the pipeline goes on with what arrived.
+  the previous hours has sent its shards (and at least one shard arrived), or once the grace
+  period after the hour has passed (`cudawatch_wait_grace_min`, default 20 min); then the
+  pipeline goes on with what arrived.
 * **ingest** (one per partition): loads the hour's shards and records missing (host, table) pairs
   in the warehouse table `data_gaps`.
 * **update_baselines → detect → root_cause → send_alerts**: over the whole warehouse, as of the
@@ -57,7 +58,7 @@ def cudawatch_hourly():
     def wait_for_shards(partition: dict, data_interval_start=None) -> PokeReturnValue:
         from analytics import pipeline
 
-        done, info = pipeline.check_arrival(partition, data_interval_start)
+        done, _arrival = pipeline.check_arrival(partition, data_interval_start)
         return PokeReturnValue(is_done=done, xcom_value=partition)
 
     @task(pool=POOL)

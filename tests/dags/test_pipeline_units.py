@@ -95,6 +95,10 @@ def test_sensor_waits_until_grace_then_proceeds(monkeypatch, tmp_path):
     assert not done and [m[1] for m in info["missing"]] == ["health"]
     done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=20))
     assert done and len(info["missing"]) == 1
+    # With nothing to expect and nothing arrived (first hour of a new partition) it waits too.
+    empty = {"name": "new", "shards": str(tmp_path / "empty")}
+    assert pipeline.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1))[0] is False
+    assert pipeline.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1, minutes=20))[0] is True
 
 
 def test_regression_round_trips_through_xcom_json():
