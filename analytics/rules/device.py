@@ -17,23 +17,25 @@ from analytics.results import Finding
 from analytics.rules._common import change, finding, job_gpus, strength
 
 #: The SM clock must fall by at least this much ...
-MIN_CLOCK_DROP = 0.05
+MIN_CLOCK_DROP = 0.03
 #: ... while the share of samples with a power/thermal reason rises by at least this much.
 MIN_THROTTLE_RISE = 0.20
 #: A GPU is a straggler when its kernels run >= 8 % slower than the median of its peers (and were not before).
 MIN_STRAGGLER = 0.08
 #: Before onset the same GPU must have been within this much of its peers.
 MAX_STRAGGLER_BEFORE = 0.04
-#: Busy share of wall time must fall by >= 10 % relative and >= 3 points absolute.
-MIN_IDLE_DROP = 0.10
-MIN_IDLE_POINTS = 0.03
+#: Busy share of wall time must fall by >= 4 % relative and >= 2 points absolute ...
+MIN_IDLE_DROP = 0.04
+MIN_IDLE_POINTS = 0.02
+#: ... and launches per wall second by >= 3 % (the same launch rate with shorter kernels is a faster GPU).
+MIN_LAUNCH_RATE_DROP = 0.03
 #: Other jobs' kernel time on the job's GPUs, as a share of the job's wall time, must rise by >= 5 points.
 MIN_CONTENTION = 0.05
 MIN_LAUNCHES = 10
 
 
 def clock_throttle(ctx: RegressionContext) -> Finding | None:
-    """SM clock fell >= 5 % on a GPU of the regression while power/thermal reasons became common."""
+    """SM clock fell >= 3 % on a GPU of the regression while power/thermal reasons became common."""
     best = None
     for g in job_gpus(ctx):
         b, a = ctx.before.devices.get(g), ctx.after.devices.get(g)
@@ -133,7 +135,7 @@ def gpu_idle_gaps(ctx: RegressionContext) -> Finding | None:
     drop = 1 - share_a / share_b if share_b > 0 else 0.0
     if drop < MIN_IDLE_DROP or share_b - share_a < MIN_IDLE_POINTS or (wall_rel is not None and wall_rel < -0.1):
         return None
-    if launches_b <= 0 or launches_a / launches_b > 0.95:
+    if launches_b <= 0 or launches_a / launches_b > 1 - MIN_LAUNCH_RATE_DROP:
         return None  # same launch rate, shorter kernels: the GPU got faster, not idle
     return finding("gpu_idle_gaps", 0.55 + 0.2 * strength(drop, MIN_IDLE_DROP, 0.4), {
         "busy_share_before": share_b, "busy_share_after": share_a,

@@ -19,8 +19,9 @@ MIN_SLOWER = 0.03
 MIN_SLOWER_SIGMAS = 2.0
 #: A job-level regression is blamed on one kernel only when that kernel explains this share of it.
 MIN_EXPLAINED = 0.25
-#: Smallest launches-per-hour increase called "more launches".
-MIN_MORE_LAUNCHES = 0.10
+#: Smallest rise of a kernel's share of the job's launches called "more launches" (shares are stable:
+#: a training step launches the same kernels every time, so the 3-standard-error test does the rest).
+MIN_MORE_LAUNCHES = 0.03
 #: A signature "disappeared" when its launch rate fell below this fraction of what it was (and vice versa).
 GONE_FRACTION = 0.10
 #: Hours a signature or kernel must have run on a side of onset to count as present there.
@@ -166,7 +167,7 @@ def kernel_vanished(ctx: RegressionContext) -> Finding | None:
 
 
 def more_launches(ctx: RegressionContext) -> Finding | None:
-    """A kernel present on both sides takes a >= 10 % larger share of the job's launches, beyond the
+    """A kernel present on both sides takes a >= 3 % larger share of the job's launches, beyond the
     hourly noise of that share. Shares, not launches per hour: an inference job's launches follow its
     daily load, and more requests are not a regression; more launches of one kernel per unit of work are."""
     if ctx.scope == "gpu":

@@ -13,8 +13,8 @@ from analytics.rules._common import beyond_noise, change, finding, strength
 
 #: The pageable share of host<->device bytes must rise by this much (absolute) and reach it.
 MIN_PAGEABLE_SHIFT = 0.20
-#: Smallest fall of bytes/ns on the same copy path called a throughput drop.
-MIN_THROUGHPUT_DROP = 0.15
+#: Smallest fall of bytes/ns on the same copy path called a throughput drop (with the noise test).
+MIN_THROUGHPUT_DROP = 0.04
 MIN_HOURS = 3
 
 
@@ -52,7 +52,8 @@ def pageable_memcpy(ctx: RegressionContext) -> Finding | None:
 
 
 def memcpy_throughput_drop(ctx: RegressionContext) -> Finding | None:
-    """Bytes/ns of the same copy path (kind, source, destination) fell by >= 15 % beyond hourly noise."""
+    """Bytes/ns of the same copy path (kind, source, destination) fell by >= 4 %, beyond 3 standard
+    errors of the hourly medians."""
     before = {(m.copy_kind, m.src_kind, m.dst_kind): m for m in ctx.before.memcpy}
     best = None
     for m in ctx.after.memcpy:
