@@ -284,6 +284,10 @@ def check_arrival(partition: dict[str, str], hour: dt.datetime | str, now: dt.da
     return done, info
 
 
+#: How many earlier hours each hourly ingest re-scans for shards that arrived late.
+LATE_SHARD_HOURS = 24
+
+
 def ingest_hour(partition: dict[str, str], hour: dt.datetime | str) -> dict[str, Any]:
     """Load one partition's shards of ``hour`` and record what is still missing in ``data_gaps``.
 
@@ -297,6 +301,8 @@ def ingest_hour(partition: dict[str, str], hour: dt.datetime | str) -> dict[str,
     root = Path(partition["shards"])
     with writer(cfg) as con:
         result = warehouse.ingest_shards(root, con, hour=hour)
+        # Shards that arrived after their own hour's run: the ledger makes re-scanning cheap.
+        late = [warehouse.ingest_shards(root, con, hour=hour - dt.timedelta(hours=h)) for h in range(1, LATE_SHARD_HOURS + 1)]
         info = arrival(partition, hour, cfg.expect_lookback_h)
         con.execute("BEGIN TRANSACTION")
         con.execute("DELETE FROM data_gaps WHERE hour = ? AND partition_name = ?", [hour, partition["name"]])
@@ -306,12 +312,16 @@ def ingest_hour(partition: dict[str, str], hour: dt.datetime | str) -> dict[str,
                 [(hour, partition["name"], host, table, dt.datetime.fromisoformat(seen)) for host, table, seen in info["missing"]],
             )
         con.execute("COMMIT")
-    log.info("hour %s partition %s: %s; %d gaps", hour.isoformat(), partition["name"], result.summary(), len(info["missing"]))
+    late_loaded = sum(r.loaded for r in late)
+    log.info("hour %s partition %s: %s; %d late shards of earlier hours; %d gaps",
+             hour.isoformat(), partition["name"], result.summary(), late_loaded, len(info["missing"]))
+    for r in late:
+        result.quarantined.extend(r.quarantined)
     for path, reason in result.quarantined:
         log.warning("quarantined %s: %s", path, reason)
     return {
         "partition": partition["name"], "hour": hour.isoformat(), "loaded": result.loaded, "skipped": result.skipped,
-        "rows": result.rows, "quarantined": len(result.quarantined), "gaps": len(info["missing"]),
+        "rows": result.rows, "quarantined": len(result.quarantined), "gaps": len(info["missing"]), "late_loaded": late_loaded,
     }
 
 

@@ -42,6 +42,8 @@ _RC = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "svg.fonttype": "none",
+    # Labels carry untrusted kernel and job names: never interpret `$...$` as mathtext.
+    "text.parse_math": False,
 }
 
 

@@ -112,3 +112,29 @@ def test_regression_round_trips_through_xcom_json():
     back = pipeline.regression_from_dict(json.loads(json.dumps(pipeline.regression_to_dict(r))))
     assert back == r and back.event_id == r.event_id
     assert back.causes[0].evidence == {"before_ns": 1.0, "when": "2026-11-02"}
+
+
+def test_hourly_ingest_picks_up_late_shards_of_earlier_hours(monkeypatch, tmp_path):
+    """A shard that arrives after its own hour's run is loaded by a later hour's ingest."""
+    import duckdb
+
+    from cudawatch import shards as sh
+    from tests.test_shards import kernel_rows
+
+    start = dt.datetime(2026, 11, 1, 0, tzinfo=dt.timezone.utc)
+    root, db = tmp_path / "shards", tmp_path / "w.duckdb"
+    monkeypatch.setenv("CUDAWATCH_SHARDS", str(root))
+    monkeypatch.setenv("CUDAWATCH_DB", str(db))
+    for h in range(3):
+        hour = start + dt.timedelta(hours=h)
+        sh.write_shard(root, "kernels", kernel_rows(window_start=hour), hour, host="h0", pid=1)
+    partition = {"name": "default", "shards": str(root)}
+    first = pipeline.ingest_hour(partition, start + dt.timedelta(hours=1))
+    assert (first["loaded"], first["late_loaded"]) == (1, 1)  # hour 1, and hour 0 not loaded before
+    late = sh.write_shard(root, "kernels", kernel_rows(window_start=start, host="h1"), start, host="h1", pid=2)
+    second = pipeline.ingest_hour(partition, start + dt.timedelta(hours=2))
+    assert (second["loaded"], second["late_loaded"]) == (1, 1)
+    con = duckdb.connect(str(db), read_only=True)
+    paths = {r[0] for r in con.execute("SELECT path FROM shard_ledger").fetchall()}
+    con.close()
+    assert late.relative_to(root).as_posix() in paths and len(paths) == 4

@@ -173,3 +173,12 @@ def test_a_job_that_starts_late_is_not_a_gap_but_a_hole_is(tmp_path):
         con.close()
     assert [(g["table"], g["host"], g["ranges"]) for g in gaps.missing] == [
         ("device", "host-y", "04:00–04:59"), ("kernels", "host-x", "06:00–07:59")]
+
+
+def test_charts_draw_names_with_dollar_signs_literally():
+    """Matplotlib would parse `$...$` in an untrusted kernel name as mathtext and fail."""
+    from reports import charts
+
+    hostile = r"k<$\frac{a}$> $x^2$ $\badcommand$"
+    png = charts.top_kernels_chart([{"job": hostile, "kernel": hostile, "gpu_hours": 10.0, "share": 0.5}])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
