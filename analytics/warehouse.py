@@ -90,19 +90,23 @@ def ingest_shards(
 
     Idempotent: a shard's relative path is its identity, so a second call loads nothing. A shard
     that fails validation is recorded in ``quarantine`` with the reason and left in place; the
-    others load. Rows and ledger entries of a batch commit in one transaction, so a crash
+    others load. A quarantined shard is retried when its size changes (e.g. it was rewritten). Rows and ledger entries of a batch commit in one transaction, so a crash
     mid-ingest leaves no partly loaded shard.
     """
     root = Path(shards_root)
     result = IngestResult()
-    known = {r[0] for r in con.execute("SELECT path FROM shard_ledger UNION ALL SELECT path FROM quarantine").fetchall()}
+    known = {r[0] for r in con.execute("SELECT path FROM shard_ledger").fetchall()}
+    # A quarantined shard is retried only when its file changed (rewritten or repaired).
+    quarantined = dict(con.execute("SELECT path, bytes FROM quarantine").fetchall())
     for table in tables:
         todo = []
         for path in sh.list_shards(root, table, hour):
             rel = path.relative_to(root).as_posix()
-            if rel in known:
+            if rel in known or quarantined.get(rel) == path.stat().st_size:
                 result.skipped += 1
             else:
+                if rel in quarantined:
+                    con.execute("DELETE FROM quarantine WHERE path = ?", [rel])
                 todo.append((path, rel))
         for start in range(0, len(todo), batch_files):
             _load_batch(con, table, todo[start : start + batch_files], result)
@@ -182,8 +186,8 @@ SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kerne
        grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, shared_mem_bytes,
        concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z),
                  'r' || registers_per_thread, 's' || shared_mem_bytes) AS signature,
-       sum(launches / coalesce(nullif(sampling_duty, 0), 1)) AS launches,
-       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) AS total_ns,
+       sum(launches / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS launches,
+       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS total_ns,
        sum(total_ns) / nullif(sum(launches), 0) AS mean_ns,
        min(min_ns) AS min_ns, max(max_ns) AS max_ns,
        count(DISTINCT gpu_uuid) AS gpus
@@ -192,8 +196,8 @@ GROUP BY ALL;
 
 CREATE OR REPLACE VIEW job_hourly AS
 SELECT date_trunc('hour', window_start) AS hour, job,
-       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) / 1e9 AS gpu_busy_s,
-       sum(launches / coalesce(nullif(sampling_duty, 0), 1)) AS launches,
+       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) / 1e9 AS gpu_busy_s,
+       sum(launches / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS launches,
        count(DISTINCT gpu_uuid) AS gpus,
        count(DISTINCT kernel_id) AS kernels
 FROM kernels
@@ -213,9 +217,9 @@ GROUP BY ALL;
 
 CREATE OR REPLACE VIEW memcpy_hourly AS
 SELECT date_trunc('hour', window_start) AS hour, job, copy_kind, src_kind, dst_kind,
-       sum(count / coalesce(nullif(sampling_duty, 0), 1)) AS count,
-       sum(bytes / coalesce(nullif(sampling_duty, 0), 1)) AS bytes,
-       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) AS total_ns,
+       sum(count / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS count,
+       sum(bytes / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS bytes,
+       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS total_ns,
        sum(bytes) / nullif(sum(total_ns), 0) AS bytes_per_ns
 FROM memcpy
 GROUP BY ALL;

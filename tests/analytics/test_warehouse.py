@@ -102,3 +102,25 @@ def test_query_is_read_only(shard_root, tmp_path):
 def test_query_on_missing_warehouse_is_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="run `cudawatch ingest` first"):
         warehouse.query(tmp_path / "nope.duckdb", "SELECT 1")
+
+
+def test_quarantined_shard_is_retried_once_rewritten(shard_root, tmp_path):
+    bad = sh.partition_dir(shard_root, "kernels", HOUR) / "h9-1-fix.parquet"
+    bad.write_bytes(b"truncated")
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    assert len(warehouse.ingest_shards(shard_root, con).quarantined) == 1
+    # The producer rewrites the file correctly (same name): the next ingest loads it.
+    import pyarrow.parquet as pq
+
+    pq.write_table(sh.conform("kernels", kernel_rows(n=2, host="h9")), bad)
+    again = warehouse.ingest_shards(shard_root, con)
+    assert (again.loaded, again.quarantined, again.rows) == (1, [], {"kernels": 2})
+    assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
+
+
+def test_views_scale_counts_in_double_precision(tmp_path):
+    root = tmp_path / "shards"
+    sh.write_shard(root, "kernels", kernel_rows(n=1, launches=123456789, sampling_duty=0.5), HOUR)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    warehouse.ingest_shards(root, con)
+    assert con.execute("SELECT launches FROM kernel_hourly").fetchone()[0] == 246913578
