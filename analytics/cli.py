@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -11,10 +12,33 @@ import typer
 
 
 def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
+    from cudawatch.shards import parse_utc
+
     if value is None:
         return None
-    ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    try:
+        return parse_utc(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+@contextmanager
+def _writer(db: Path):
+    """A writable connection under the warehouse's writer lock, shared with the Airflow tasks:
+    a command run by hand waits for a running task instead of failing on DuckDB's file lock."""
+    from analytics import warehouse
+    from analytics.locking import LockTimeout, writer_lock
+
+    try:
+        with writer_lock(db):
+            con = warehouse.connect(db)
+            try:
+                yield con
+            finally:
+                con.close()
+    except LockTimeout as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3)
 
 
 def ingest(
@@ -25,11 +49,9 @@ def ingest(
     """Load new shards into the warehouse; shards already loaded are skipped, bad ones quarantined."""
     from analytics import warehouse
 
-    con = warehouse.connect(db)
-    try:
-        result = warehouse.ingest_shards(shards, con, hour=_parse_ts(hour))
-    finally:
-        con.close()
+    hour_ts = _parse_ts(hour)
+    with _writer(db) as con:
+        result = warehouse.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:
         typer.echo(f"quarantined {path}: {reason}", err=True)
@@ -41,13 +63,11 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print regressions as a JSON list."),
 ) -> None:
     """Update baselines, detect regressions and attach root causes."""
-    from analytics import pipeline, warehouse
+    from analytics import pipeline
 
-    con = warehouse.connect(db)
-    try:
-        regressions = pipeline.analyze(con, _parse_ts(as_of))
-    finally:
-        con.close()
+    as_of_ts = _parse_ts(as_of)
+    with _writer(db) as con:
+        regressions = pipeline.analyze(con, as_of_ts)
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
         return
@@ -125,9 +145,13 @@ def diff(
     from analytics import diff as trace_diff
     from analytics import warehouse
 
+    before_ts, after_ts = _parse_ts(before), _parse_ts(after)
     con = warehouse.connect(db, read_only=True)
     try:
-        result = trace_diff.trace_diff(con, job, _parse_ts(before), _parse_ts(after), hours=hours)
+        result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)
+    except ValueError as exc:  # unknown job, overlapping windows
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
     finally:
         con.close()
     _print_arrow(result, fmt, 200)

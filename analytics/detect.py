@@ -26,6 +26,7 @@ import numpy as np
 from analytics import series as sr
 from analytics.changepoint import detect_change_points
 from analytics.results import Finding, Regression
+from cudawatch.shards import hour_floor
 
 OPEN = ("new", "ongoing")
 
@@ -330,9 +331,7 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     return load_regressions(con, statuses=OPEN, as_of=as_of)
 
 
-def _utc_hour(ts: dt.datetime) -> dt.datetime:
-    ts = ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
-    return ts.astimezone(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+_utc_hour = hour_floor
 
 
 def _known_events(con, as_of, lookback_hours) -> list[dict]:

@@ -168,12 +168,9 @@ def writer(cfg: Settings) -> Iterator[Any]:
 
 def hour_of(ts: dt.datetime | str) -> dt.datetime:
     """The UTC hour (stdlib datetime) that contains ``ts``; accepts pendulum and ISO strings."""
-    if isinstance(ts, str):
-        ts = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    ts = dt.datetime.fromtimestamp(ts.timestamp(), tz=UTC)
-    return ts.replace(minute=0, second=0, microsecond=0)
+    from cudawatch.shards import hour_floor
+
+    return hour_floor(ts)
 
 
 # --------------------------------------------------------------------------- CLI entry points

@@ -151,11 +151,25 @@ def kernel_id_of(mangled_name: str) -> str:
     return hashlib.blake2b(mangled_name.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
 
 
-def hour_floor(ts: dt.datetime) -> dt.datetime:
-    """The UTC hour that contains ``ts`` (naive datetimes are taken as UTC)."""
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=dt.timezone.utc)
-    return ts.astimezone(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+def parse_utc(value: str | dt.datetime) -> dt.datetime:
+    """A UTC datetime (stdlib, not a subclass such as pendulum's) from an ISO string or datetime.
+
+    Naive values are taken as UTC; a trailing ``Z`` is accepted. Raises ValueError for a string
+    that is not ISO 8601.
+    """
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an ISO 8601 time (e.g. 2026-11-01T05:00:00Z)") from exc
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(value.timestamp(), tz=dt.timezone.utc)
+
+
+def hour_floor(ts: str | dt.datetime) -> dt.datetime:
+    """The UTC hour that contains ``ts`` (see ``parse_utc`` for what is accepted)."""
+    return parse_utc(ts).replace(minute=0, second=0, microsecond=0)
 
 
 def partition_dir(root: str | os.PathLike, table: str, hour: dt.datetime) -> Path:

@@ -15,8 +15,12 @@ DEMO_START = "2026-11-01T00:00:00+00:00"
 
 
 def _parse_start(value: str) -> dt.datetime:
-    ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    from cudawatch.shards import parse_utc
+
+    try:
+        return parse_utc(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def simulate(

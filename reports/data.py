@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from analytics.results import Regression
+from cudawatch.shards import hour_floor
 
 UTC = dt.timezone.utc
 
@@ -67,10 +68,7 @@ def last_day(con) -> dt.date | None:
     return last.date() if last else None
 
 
-def _hour(ts: dt.datetime) -> dt.datetime:
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+_hour = hour_floor
 
 
 @dataclass

@@ -16,7 +16,6 @@ HTML must escape them).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 from analytics.results import Regression

@@ -67,3 +67,30 @@ def test_simulate_rejects_a_bad_injection_spec_cleanly(tmp_path):
     assert out.exit_code == 2
     assert "error:" in out.output and "bogus" in out.output
     assert "Traceback" not in out.output
+
+
+def test_bad_times_are_usage_errors(tmp_path):
+    root, db = _shards(tmp_path), tmp_path / "w.duckdb"
+    out = runner.invoke(app, ["ingest", "--shards", str(root), "--db", str(db), "--hour", "yesterday"])
+    assert out.exit_code == 2
+    assert "not an ISO 8601 time" in out.output
+
+
+def test_ingest_waits_for_the_writer_lock(tmp_path):
+    """A hand-run ingest shares the Airflow tasks' writer lock: it waits for the holder to finish
+    instead of failing on DuckDB's file lock."""
+    import time
+
+    root, db = _shards(tmp_path), tmp_path / "w.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom analytics.locking import writer_lock\n"
+         f"with writer_lock({str(db)!r}):\n    print('held', flush=True)\n    time.sleep(2)\n"],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    out = runner.invoke(app, ["ingest", "--shards", str(root), "--db", str(db)])
+    waited = time.monotonic() - started
+    holder.wait(timeout=30)
+    assert out.exit_code == 0 and "loaded 1 shards" in out.output
+    assert waited >= 1.0, f"ingest did not wait for the lock holder ({waited:.2f} s)"
