@@ -420,14 +420,29 @@ def build_daily_report(interval_start: dt.datetime | str) -> str:
             con.close()
     mail_dir = folder / "mail"
     mail_dir.mkdir(parents=True, exist_ok=True)
+    # Each file appears whole (temporary name, then rename); images.json, which names the set the
+    # e-mail step reads, goes last.
     for name, data in mail.images.items():
-        (mail_dir / f"{name}.png").write_bytes(data)
-    (mail_dir / "report.html").write_text(mail.html, encoding="utf-8")
-    (mail_dir / "report.txt").write_text(mail.text, encoding="utf-8")
-    (mail_dir / "subject.txt").write_text(mail.subject, encoding="utf-8")
-    (mail_dir / "images.json").write_text(json.dumps(sorted(mail.images)), encoding="utf-8")
+        _write_atomic(mail_dir / f"{name}.png", data)
+    _write_atomic(mail_dir / "report.html", mail.html.encode("utf-8"))
+    _write_atomic(mail_dir / "report.txt", mail.text.encode("utf-8"))
+    _write_atomic(mail_dir / "subject.txt", mail.subject.encode("utf-8"))
+    _write_atomic(mail_dir / "images.json", json.dumps(sorted(mail.images)).encode("utf-8"))
     log.info("report for %s: %s (%d charts)", day, path, len(mail.images))
     return str(folder)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def email_daily_report(interval_start: dt.datetime | str, report_dir: str) -> dict[str, Any]:
@@ -449,6 +464,11 @@ def email_daily_report(interval_start: dt.datetime | str, report_dir: str) -> di
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
     mail_dir = Path(report_dir) / "mail"
+    marker = mail_dir / "sent.json"
+    if marker.exists():  # a retry or re-run after a successful send: do not mail the report twice
+        sent = json.loads(marker.read_text())
+        log.info("report for %s already e-mailed (%s); not sent again", day, sent.get("message_id"))
+        return {"day": day.isoformat(), "sent": False, "already_sent": True, "recipients": len(sent.get("to", []))}
     images = {name: (mail_dir / f"{name}.png").read_bytes() for name in json.loads((mail_dir / "images.json").read_text())}
     conn_id = setting("smtp_conn_id", "smtp_default")
     with SmtpHook(smtp_conn_id=conn_id) as hook:
@@ -460,6 +480,8 @@ def email_daily_report(interval_start: dt.datetime | str, report_dir: str) -> di
         # The hook opened and authenticated the SMTP client (TLS/SSL per the connection); it has
         # no public call for a prepared multipart message, so the message goes out on that client.
         hook._smtp_client.send_message(msg, from_addr=sender, to_addrs=to)
+    # Recorded right after the send: a crash in between can still repeat the e-mail once.
+    _write_atomic(marker, json.dumps({"message_id": msg["Message-ID"], "to": to}).encode("utf-8"))
     log.info("report for %s e-mailed to %d recipients via connection %s", day, len(to), conn_id)
     return {"day": day.isoformat(), "sent": True, "recipients": len(to), "message_id": msg["Message-ID"]}
 

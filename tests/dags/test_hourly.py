@@ -139,6 +139,11 @@ def test_daily_report_is_archived_and_emailed(dagbag, fleet, env, smtp_server, m
     images = [p for p in msg.walk() if p.get_content_type() == "image/png"]
     assert images, "the e-mail carries its charts inline"
 
+    # Re-running the day (a retry, a clear in the UI) archives again but does not mail twice.
+    again = run_dag(dagbag, "cudawatch_daily_report", dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 45), dt.timezone.utc))
+    assert str(again.state) == "success", task_states(again)
+    assert len(smtp_server) == 1
+
 
 def test_missing_shard_completes_and_records_gap_across_partitions(dagbag, airflow_db, tmp_path, monkeypatch, webhook):
     """Two clusters (two mapped partitions); one host's kernel shard of the hour never arrives."""
