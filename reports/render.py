@@ -22,6 +22,7 @@ import jinja2
 from analytics.results import SEVERITIES, Finding, Regression
 from reports import charts, data
 from reports.escape import header, plain, truncate_middle
+from cudawatch.config import max_overhead_pct
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: at most this many per-regression charts in one report (the rest are listed without a chart)
@@ -275,11 +276,12 @@ def build_report(
         counts.setdefault(item.r.severity, {st: 0 for st in STATUS_ORDER})[item.status] += 1
     totals = {st: sum(c[st] for c in counts.values()) for st in STATUS_ORDER}
     gaps = data.data_gaps(con, start, end, last)
+    budget_pct = max_overhead_pct()
     ctx = dict(
         day=day, start=start, end=end, first=first, last=last, generated=dt.datetime.now(dt.timezone.utc),
         summary=summary, kernels=kernels, jobs=data.job_table(con, start, end), items=items, counts=counts,
-        totals=totals, gpus=data.gpu_health(con, start, end), collector=data.collector_health(con, start, end),
-        gaps=gaps, img=img, report_url=report_url, grid=grid,
+        totals=totals, gpus=data.gpu_health(con, start, end),
+        collector=data.collector_health(con, start, end, budget_pct), budget_pct=budget_pct, gaps=gaps, img=img, report_url=report_url, grid=grid,
     )
     worst = next((s for s in SEVERITIES[::-1] if any(counts[s][st] for st in ("new", "ongoing"))), None)
     subject = header(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from analytics.results import Regression
-from reports.escape import slack, slack_code
+from reports.escape import single_line, slack, slack_code
 
 SEVERITY_ICON = {"critical": ":red_circle:", "high": ":large_orange_circle:", "medium": ":large_yellow_circle:", "low": ":white_circle:"}
 #: at most this many events listed in a grouped message (the rest are counted)
@@ -69,7 +69,7 @@ def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
     if r.share_gpu_time:
         fields.append(f"*Share of job GPU time*\n{100 * r.share_gpu_time:.1f}%")
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": slack(title, 150), "emoji": True}},
+        {"type": "header", "text": {"type": "plain_text", "text": single_line(title)[:150], "emoji": True}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{'Kernel' if r.kernel else 'What'}*: {_subject(r)}"}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(r)}"[:3000]}},
