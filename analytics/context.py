@@ -273,8 +273,11 @@ def _series(con, r: Regression, job: str, start, mid, end) -> tuple[dict, dict]:
     """The regression's own series, hourly, for the series names analytics.detect emits."""
     name = r.series
     if name.startswith("kernel_") and r.kernel_id:
-        value = {"kernel_launches": f"sum(launches / {_DUTY})", "kernel_busy_s": f"sum(total_ns / {_DUTY}) / 1e9"}.get(
-            name, "sum(total_ns) / nullif(sum(launches), 0)")
+        value = {"kernel_launches": f"sum(launches / {_DUTY})", "kernel_busy_s": f"sum(total_ns / {_DUTY}) / 1e9",
+                 "kernel_mean_ns": "sum(total_ns) / nullif(sum(launches), 0)",
+                 "kernel_id_mean_ns": "sum(total_ns) / nullif(sum(launches), 0)"}.get(name)
+        if value is None:
+            return {}, {}  # a series this loader does not know (e.g. shares): the rules do not need it
         sig = f" AND {_SIGNATURE} = ?" if r.signature and name == "kernel_mean_ns" else ""
         sql = (f"SELECT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, {value} FROM kernels "
                f"WHERE job = ? AND kernel_id = ?{sig} AND window_start >= ? AND window_start < ? GROUP BY ALL ORDER BY hour")
