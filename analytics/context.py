@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from analytics import warehouse
 from analytics.results import Regression
 
 #: NVML clock event reasons that mean "slowed down by power or heat" (pynvml names
@@ -239,10 +240,9 @@ def _utc(ts: dt.datetime) -> dt.datetime:
 
 # --- warehouse queries (parameterised; each reads both windows at once, split by `side`) -----
 
-_DUTY = "coalesce(nullif(sampling_duty, 0), 1)::DOUBLE"  # float32 arithmetic would lose digits
+_DUTY = warehouse.DUTY
 #: The launch signature text of analytics.warehouse's kernel_hourly view (same expression).
-_SIGNATURE = ("concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z), "
-              "'r' || registers_per_thread, 's' || shared_mem_bytes)")
+_SIGNATURE = warehouse.SIGNATURE
 _DEVICE_SERIES = ("sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_bytes_s",
                   "pcie_rx_bytes_s", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
 

@@ -11,6 +11,8 @@ import datetime as dt
 
 import pyarrow as pa
 
+from analytics import warehouse
+
 #: Output columns, in order (see docs/root-cause.md).
 SCHEMA = pa.schema([
     ("kernel_id", pa.string()), ("kernel", pa.string()), ("status", pa.string()),
@@ -23,9 +25,8 @@ SCHEMA = pa.schema([
 
 STATUSES = ("added", "removed", "slower", "faster", "same")
 
-_DUTY = "coalesce(nullif(sampling_duty, 0), 1)::DOUBLE"
-_SIG = ("concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z), "
-        "'r' || registers_per_thread, 's' || shared_mem_bytes)")
+_DUTY = warehouse.DUTY
+_SIG = warehouse.SIGNATURE
 
 
 def trace_diff(con, job: str, before: dt.datetime, after: dt.datetime, hours: int = 24, *,

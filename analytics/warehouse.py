@@ -178,16 +178,23 @@ def query(db: str | os.PathLike, sql: str) -> pa.Table:
         con.close()
 
 
+#: Divisor that scales a duty-cycled collector's counts to the whole window (double precision:
+#: ``sampling_duty`` is float32). Every query that sums launches, bytes or time uses it.
+DUTY = "coalesce(nullif(sampling_duty, 0), 1)::DOUBLE"
+
+#: A kernel row's launch configuration as one string, ``GxGxG/BxBxB/rR/sS`` (the series key).
+SIGNATURE = ("concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z), "
+             "'r' || registers_per_thread, 's' || shared_mem_bytes)")
+
 #: Hourly views the detectors, rules and reports share. Counts are scaled by 1/sampling_duty so a
 #: duty-cycled collector's launches stay comparable; durations are per launch and need no scaling.
-_VIEWS = """
+_VIEWS = f"""
 CREATE OR REPLACE VIEW kernel_hourly AS
 SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kernel) AS kernel,
        grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, shared_mem_bytes,
-       concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z),
-                 'r' || registers_per_thread, 's' || shared_mem_bytes) AS signature,
-       sum(launches / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS launches,
-       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS total_ns,
+       {SIGNATURE} AS signature,
+       sum(launches / {DUTY}) AS launches,
+       sum(total_ns / {DUTY}) AS total_ns,
        sum(total_ns) / nullif(sum(launches), 0) AS mean_ns,
        min(min_ns) AS min_ns, max(max_ns) AS max_ns,
        count(DISTINCT gpu_uuid) AS gpus
@@ -196,8 +203,8 @@ GROUP BY ALL;
 
 CREATE OR REPLACE VIEW job_hourly AS
 SELECT date_trunc('hour', window_start) AS hour, job,
-       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) / 1e9 AS gpu_busy_s,
-       sum(launches / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS launches,
+       sum(total_ns / {DUTY}) / 1e9 AS gpu_busy_s,
+       sum(launches / {DUTY}) AS launches,
        count(DISTINCT gpu_uuid) AS gpus,
        count(DISTINCT kernel_id) AS kernels
 FROM kernels
@@ -217,9 +224,9 @@ GROUP BY ALL;
 
 CREATE OR REPLACE VIEW memcpy_hourly AS
 SELECT date_trunc('hour', window_start) AS hour, job, copy_kind, src_kind, dst_kind,
-       sum(count / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS count,
-       sum(bytes / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS bytes,
-       sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)::DOUBLE) AS total_ns,
+       sum(count / {DUTY}) AS count,
+       sum(bytes / {DUTY}) AS bytes,
+       sum(total_ns / {DUTY}) AS total_ns,
        sum(bytes) / nullif(sum(total_ns), 0) AS bytes_per_ns
 FROM memcpy
 GROUP BY ALL;

@@ -69,16 +69,17 @@ def attach_causes(con, regressions: list[Regression], *, hours: int = 24, rules:
     stored findings of the same events (idempotent).
     """
     rules = tuple(rules)
-    out = []
+    out, explained = [], []
     for r in regressions:
         try:
             ctx = load_context(con, r, hours)
         except Exception:  # noqa: BLE001 - one unreadable context must not drop the other events
             log.exception("could not load the context of regression %s (%s, %s)", r.event_id, r.job, r.series)
-            out.append(r)
+            out.append(r)  # its stored findings from an earlier run are kept, not wiped
             continue
-        out.append(dataclasses.replace(r, causes=evaluate(ctx, rules)))
-    store_findings(con, out)
+        explained.append(dataclasses.replace(r, causes=evaluate(ctx, rules)))
+        out.append(explained[-1])
+    store_findings(con, explained)
     return out
 
 

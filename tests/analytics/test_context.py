@@ -173,6 +173,21 @@ def test_attach_causes_ranks_stores_and_is_idempotent(con):
     assert [f.rule for f in again[0].causes] == kernel_causes
 
 
+def test_a_context_that_fails_to_load_keeps_earlier_findings(con, monkeypatch):
+    regs = [reg()]
+    first = rules.attach_causes(con, regs, hours=WIN)
+    stored = con.execute("SELECT count(*) FROM findings WHERE event_id = ?", [regs[0].event_id]).fetchone()[0]
+    assert stored == len(first[0].causes) > 0
+
+    def broken(*args, **kwargs):
+        raise OSError("warehouse briefly unreadable")
+
+    monkeypatch.setattr(rules, "load_context", broken)
+    (again,) = rules.attach_causes(con, regs, hours=WIN)
+    assert again.causes == ()
+    assert con.execute("SELECT count(*) FROM findings WHERE event_id = ?", [regs[0].event_id]).fetchone()[0] == stored
+
+
 def test_clean_job_gets_no_causes(tmp_path):
     root = tmp_path / "shards"
     for h in range(HOURS):
