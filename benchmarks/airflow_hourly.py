@@ -5,7 +5,7 @@
 Simulates the fleet, loads all hours but the last as history, then runs each hourly step for the
 last hour (as the DAG's tasks do: each opens and closes the warehouse under the writer lock) and
 prints seconds per step, then re-runs the hour (the idempotent path). Airflow's own per-task
-overhead comes on top (see docs/benchmarks/airflow.md).
+overhead comes on top (see docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ rule on the same labelled corpus (cudawatch/simulator/corpus.py), then times det
     .venv/bin/python benchmarks/detection.py                 # ~5 min on 2 cores
     .venv/bin/python benchmarks/detection.py --series 400 --slow-series 100 --speed-series 10000   # quick
 
-Prints Markdown tables (results are kept in docs/benchmarks/detection.md).
+Prints Markdown tables (results are kept in docs/benchmarks.md).
 A detection matches a true step when its onset is within +-3 h; the onset error is reported
 separately (fraction within +-1 h). Time to detection counts hourly runs from the onset hour's
 run (1 = found in the run that first saw the new level).

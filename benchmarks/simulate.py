@@ -3,7 +3,7 @@
 Usage: ``.venv/bin/python benchmarks/simulate.py [--sizes 16x48,1024x24] [--out DIR] [--keep]``.
 Prints one line per size: GPUs, hours, wall and CPU seconds, the 1-minute load average at the end
 (the machine may be shared), shards, bytes on disk, rows/s and rows per table.
-Results are recorded in docs/benchmarks/simulator.md.
+Results are recorded in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ tracing cost while on:
 
 ``kernel_cost_s`` is the calibrated host-side cost per traced kernel launch outside our callback
 (CUPTI's launch-path instrumentation, the binding's record object and the GIL hand-offs, measured on
-the H200's launch-bound loop, docs/benchmarks/collector.md); ``callback_s`` is measured (our Python
+the H200's launch-bound loop, docs/benchmarks.md); ``callback_s`` is measured (our Python
 buffer callback); CUPTI OVERHEAD records add CUPTI's own instrumentation time in the launch path.
 Each pause/resume cycle also costs ``cycle_s`` (detach + re-attach, measured, larger when big
 modules such as cuBLAS are loaded), so the period is stretched until cycling costs at most a
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-#: Defaults measured on an H200 with cupti-python 13.4 (docs/benchmarks/collector.md).
+#: Defaults measured on an H200 with cupti-python 13.4 (docs/benchmarks.md).
 #: Host-side cost per traced kernel outside our callback (H200, cupti-python 13.4, torch 2.11: the
 #: launch-bound loop went from ~7.5 us to ~15 us per launch under full tracing, ~2 us of it in our
 #: callback).

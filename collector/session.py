@@ -137,7 +137,7 @@ class Session:
         adaptive: duty-cycle under the budget (False: trace all the time).
         off_mode: how tracing pauses between on-phases: ``"detach"`` (cuptiFinalize, the default:
             it restores the uninstrumented launch path) or ``"disable"`` (cuptiActivityDisable;
-            on the H200 it left most of the launch-path cost in place, docs/benchmarks/collector.md).
+            on the H200 it left most of the launch-path cost in place, docs/benchmarks.md).
     """
 
     def __init__(self, job: str | None = None, out: str | os.PathLike | None = None, *, window_s: int | None = None,

@@ -2,7 +2,7 @@
 
 Kinds: CONCURRENT_KERNEL (never KERNEL, which serializes kernels), MEMCPY, MEMSET and OVERHEAD;
 RUNTIME/DRIVER API records stay off (they cost about 4x on launch-bound work, see
-docs/benchmarks/collector.md). The buffer-completed callback turns each record into a plain tuple
+docs/benchmarks.md). The buffer-completed callback turns each record into a plain tuple
 and hands the batch to ``collector.aggregate.Aggregator`` (one pass, no allocation per record
 beyond the tuple). Memory is bounded by the host buffer size we hand CUPTI plus CUPTI's device
 buffer size x pool limit (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_POOL_LIMIT``); records
