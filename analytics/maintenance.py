@@ -145,16 +145,8 @@ def _merge(root: Path, con, table: str, hour: dt.datetime, folder: Path, small: 
         con.execute("ROLLBACK")
         raise
     # 2. ... then the file appears atomically, 3. then the sources go.
-    tmp = folder / f"{sh.TMP_PREFIX}{final.name}"
-    try:
-        with open(tmp, "wb") as fh:
-            pq.write_table(data, fh, compression="zstd")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with sh.atomic_file(final) as fh:
+        pq.write_table(data, fh, compression="zstd")
     con.execute("UPDATE shard_ledger SET bytes = ? WHERE path = ?", [final.stat().st_size, final_rel])
     for p in small:
         p.unlink()

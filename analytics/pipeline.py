@@ -433,16 +433,10 @@ def build_daily_report(interval_start: dt.datetime | str) -> str:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    from cudawatch.shards import atomic_file
+
+    with atomic_file(path) as fh:
+        fh.write(data)
 
 
 def email_daily_report(interval_start: dt.datetime | str, report_dir: str) -> dict[str, Any]:

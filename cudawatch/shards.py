@@ -15,7 +15,9 @@ import math
 import os
 import socket
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -237,22 +239,32 @@ def write_shard(
     folder = partition_dir(root, table_name, hour)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / shard_name(host, pid)
-    tmp = folder / f"{TMP_PREFIX}{final.name}"
+    with atomic_file(final) as fh:
+        pq.write_table(table, fh, compression="zstd")
+    return final
+
+
+@contextmanager
+def atomic_file(final: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open ``.tmp-<name>`` beside ``final`` for writing; when the block ends, fsync it, rename it
+    to ``final`` and fsync the folder. If the block raises, the temporary file is removed. Readers
+    therefore see the whole file or none (``list_shards`` skips ``.tmp-`` names)."""
+    final = Path(final)
+    tmp = final.with_name(f"{TMP_PREFIX}{final.name}")
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(table, fh, compression="zstd")
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(folder, os.O_RDONLY)
+    dir_fd = os.open(final.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return final
 
 
 def read_shard(path: str | os.PathLike, table_name: str | None = None) -> pa.Table:

@@ -23,6 +23,7 @@ from analytics.results import SEVERITIES, Finding, Regression
 from reports import charts, data
 from reports.escape import header, plain, truncate_middle
 from cudawatch.config import max_overhead_pct
+from cudawatch.shards import atomic_file
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: at most this many per-regression charts in one report (the rest are listed without a chart)
@@ -362,9 +363,8 @@ def write_report(db, out, date: str | dt.date | None = None, *, regressions: lis
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    with atomic_file(path) as fh:
+        fh.write(text.encode("utf-8"))
 
 
 __all__ = [
