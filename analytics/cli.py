@@ -79,7 +79,7 @@ def analyze(
         table.add_column(col)
     for r in regressions:
         table.add_row(r.severity, r.job, (r.kernel or r.gpu_uuid or r.series)[:60], f"{r.onset:%Y-%m-%d %H:00}",
-                      f"{r.magnitude_pct:+.1f}%", f"{r.p_value:.1e}", ", ".join(f.rule for f in r.causes))
+                      r.change_label, f"{r.p_value:.1e}", ", ".join(f.rule for f in r.causes))
     Console().print(table)
 
 

@@ -65,6 +65,19 @@ class Regression:
         return hashlib.sha1(key.encode()).hexdigest()[:16]
 
     @property
+    def change_label(self) -> str:
+        """The change for people: ``+12.3%``, or ``new (was 0)`` / ``gone (now 0)`` when the series
+        starts from or falls to zero (the detector caps such magnitudes at +-1000 %)."""
+        m = self.magnitude_pct
+        if m != m:
+            return "n/a"
+        if m == float("inf") or (self.before == 0 and self.after > 0):
+            return "new (was 0)"
+        if m == float("-inf") or (self.after == 0 and self.before > 0):
+            return "gone (now 0)"
+        return f"{m:+.1f}%"
+
+    @property
     def top_cause(self) -> Finding | None:
         return max(self.causes, key=lambda f: f.confidence) if self.causes else None
 

@@ -30,7 +30,7 @@ class DemoResult:
         ]
         for r in self.regressions:
             causes = ", ".join(f.rule for f in r.causes) or "-"
-            lines.append(f"  [{r.severity}] {r.job} {(r.kernel or r.gpu_uuid or r.series)[:70]} {r.magnitude_pct:+.1f}% since {r.onset:%Y-%m-%d %H:00} ({causes})")
+            lines.append(f"  [{r.severity}] {r.job} {(r.kernel or r.gpu_uuid or r.series)[:70]} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
         lines.append(f'try: cudawatch query --db {self.db} "SELECT job, count(*) FROM kernels GROUP BY job"')
         return "\n".join(lines)
 

@@ -23,12 +23,7 @@ GROUP_LIST_MAX = 15
 
 def magnitude(r: Regression) -> str:
     """``+12.3%``, or ``new (was 0)`` / ``gone (now 0)`` for changes from or to zero."""
-    m = r.magnitude_pct
-    if m != m:
-        return "n/a"
-    if m in (float("inf"), float("-inf")):
-        return "new (was 0)" if m > 0 else "gone (now 0)"
-    return f"{m:+.1f}%"
+    return r.change_label
 
 
 def _subject(r: Regression) -> str:
