@@ -124,3 +124,41 @@ def test_views_scale_counts_in_double_precision(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     warehouse.ingest_shards(root, con)
     assert con.execute("SELECT launches FROM kernel_hourly").fetchone()[0] == 246913578
+
+
+def _write_raw(root, name, table):
+    """Write a Parquet file into the kernels partition without the contract writer."""
+    import pyarrow.parquet as pq
+
+    folder = sh.partition_dir(root, "kernels", HOUR)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, folder / name, **({} if "stats" not in name else {"write_statistics": False}))
+    return folder / name
+
+
+def test_a_value_duckdb_cannot_cast_quarantines_only_that_shard(tmp_path):
+    root = tmp_path / "shards"
+    good = sh.write_shard(root, "kernels", kernel_rows(n=2), HOUR, host="h0", pid=1)
+    bad_rows = sh.conform("kernels", kernel_rows(n=1)).set_column(
+        sh.KERNELS.get_field_index("launches"), "launches", pa.array(["lots"]))
+    _write_raw(root, "h1-2-bad.parquet", bad_rows)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    result = warehouse.ingest_shards(root, con)
+    assert result.loaded == 1 and result.rows == {"kernels": 2}
+    assert [p.rsplit("/", 1)[1] for p, _ in result.quarantined] == ["h1-2-bad.parquet"]
+    assert "launches" in result.quarantined[0][1]
+    assert con.execute("SELECT DISTINCT shard_id FROM kernels").fetchall() == con.execute(
+        "SELECT shard_id FROM shard_ledger WHERE path = ?", [good.relative_to(root).as_posix()]).fetchall()
+
+
+def test_missing_nullable_and_extra_columns_and_files_without_statistics_load(tmp_path):
+    root = tmp_path / "shards"
+    lean = sh.conform("kernels", kernel_rows(n=2)).drop(["hist_bucket", "hist_count", "sampling_duty"])
+    _write_raw(root, "h0-1-lean.parquet", lean.append_column("note", pa.array(["x", "y"])))
+    _write_raw(root, "h0-2-nostats.parquet", sh.conform("kernels", kernel_rows(n=3)))
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    result = warehouse.ingest_shards(root, con)
+    assert (result.loaded, result.quarantined, result.rows) == (2, [], {"kernels": 5})
+    rows = con.execute("SELECT count(*), count(hist_bucket), count(sampling_duty), sum(launches) FROM kernels").fetchone()
+    assert rows == (5, 3, 3, 10 + 11 + 10 + 11 + 12)
+    assert con.execute("SELECT count(DISTINCT shard_id), count(*) FROM shard_ledger").fetchone() == (2, 2)
