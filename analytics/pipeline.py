@@ -55,36 +55,43 @@ def _in_airflow_task() -> bool:
     return bool(os.environ.get("AIRFLOW_CTX_DAG_ID"))
 
 
-def _airflow_variable(key: str) -> str | None:
-    """An Airflow Variable's value inside a running task; None outside Airflow or when unset."""
+def _ask_airflow(kind: str, key: str, lookup) -> Any:
+    """``lookup()`` inside a running Airflow task; None outside Airflow or when the lookup fails
+    (no supervisor, no metadata DB, missing Variable or Connection): callers fall back to the
+    environment."""
     if not _in_airflow_task():
         return None
     try:
-        from airflow.sdk import Variable
+        return lookup()
     except ImportError:
         return None
-    try:
-        value = Variable.get(key, default=None)
-    except Exception as exc:  # not inside a task (no supervisor) or no metadata DB: fall back
-        log.debug("Airflow Variable %s unavailable (%s); using the environment", key, type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not configured in Airflow"
+        log.debug("Airflow %s %s unavailable (%s); using the environment", kind, key, type(exc).__name__)
         return None
+
+
+def _airflow_variable(key: str) -> str | None:
+    """An Airflow Variable's value inside a running task; None outside Airflow or when unset."""
+
+    def lookup():
+        from airflow.sdk import Variable
+
+        return Variable.get(key, default=None)
+
+    value = _ask_airflow("Variable", key, lookup)
     return value if value not in (None, "") else None
 
 
 def _airflow_connection_secret(conn_id: str) -> str | None:
     """A URL kept in an Airflow Connection: its password if set, else its host (a full URL)."""
-    if not _in_airflow_task():
-        return None
-    try:
+
+    def lookup():
         from airflow.sdk import BaseHook
-    except ImportError:
-        return None
-    try:
+
         conn = BaseHook.get_connection(conn_id)
-    except Exception as exc:  # missing connection or not inside a task
-        log.debug("Airflow connection %s unavailable (%s); using the environment", conn_id, type(exc).__name__)
-        return None
-    return conn.password or conn.host or None
+        return conn.password or conn.host or None
+
+    return _ask_airflow("Connection", conn_id, lookup)
 
 
 def setting(name: str, default: str | None = None) -> str | None:
