@@ -132,6 +132,12 @@ def _mix(ctx: RegressionContext, present, absent, window_present, window_absent)
             if kid not in absent and (ns / total >= MIN_MIX_SHARE or kid == own) and hours.get(kid, 0) >= need]
 
 
+def _listed(found, side, share_key: str, top: int = 5) -> list[dict]:
+    """Evidence rows for the kernels that appeared or vanished, on the side where they ran."""
+    return [{"kernel": n, "kernel_id": kid, "launches_per_hour": side.per_hour(la), share_key: ns / (side.kernel_ns or 1.0)}
+            for kid, n, la, ns in found[:top]]
+
+
 def new_kernel(ctx: RegressionContext) -> Finding | None:
     """Kernels that never ran before onset now take >= 1 % of the job's GPU time."""
     before, after = ctx.before.by_kernel_id(), ctx.after.by_kernel_id()
@@ -142,9 +148,7 @@ def new_kernel(ctx: RegressionContext) -> Finding | None:
     found.sort(key=lambda m: -m[3])
     conf = _scale(ctx, 0.85, 0.5, added)
     return finding("new_kernel", conf, {
-        "kernels": [{"kernel": n, "kernel_id": kid, "launches_per_hour": ctx.after.per_hour(la),
-                     "share_after": ns / (ctx.after.kernel_ns or 1.0)} for kid, n, la, ns in found[:5]],
-        "count": len(found), "added_gpu_s_per_hour": added,
+        "kernels": _listed(found, ctx.after, "share_after"), "count": len(found), "added_gpu_s_per_hour": added,
     }, "New kernels appeared at onset (a code or library change): diff the job's kernels with `cudawatch diff` "
        "and check the deployment or library upgrade of that hour.")
 
@@ -159,9 +163,7 @@ def kernel_vanished(ctx: RegressionContext) -> Finding | None:
     share = sum(m[3] for m in found) / (ctx.before.kernel_ns or 1.0)
     conf = 0.85 if ctx.scope == "kernel" else 0.5 + 0.3 * strength(share, MIN_MIX_SHARE, 0.1)
     return finding("kernel_vanished", conf, {
-        "kernels": [{"kernel": n, "kernel_id": kid, "launches_per_hour": ctx.before.per_hour(la),
-                     "share_before": ns / (ctx.before.kernel_ns or 1.0)} for kid, n, la, ns in found[:5]],
-        "count": len(found), "share_before": share,
+        "kernels": _listed(found, ctx.before, "share_before"), "count": len(found), "share_before": share,
     }, "Kernels stopped running at onset (a code path or library change, e.g. a fused kernel replaced): "
        "check with `cudawatch diff` what replaced them.")
 
