@@ -1,0 +1,86 @@
+"""The sandboxed ad-hoc query behind ``cudawatch query``: DuckDB itself enforces read-only SQL.
+
+Three locks, each enough on its own for the cases it covers:
+
+* the warehouse is opened ``read_only`` (no INSERT/UPDATE/DELETE/CREATE on it);
+* ``enable_external_access = false`` (DuckDB's documented sandbox setting, docs "Securing DuckDB"):
+  no file or network access beyond the database file, so ``COPY ... TO``, ``EXPORT DATABASE``,
+  ``ATTACH``, ``INSTALL``/``LOAD`` and the file-reading functions (``read_csv``, ``read_text``,
+  ``read_blob``, ``glob``, ``'file.parquet'``) fail; extension autoloading and community extensions
+  are off; then ``lock_configuration = true``, so no ``SET``/``PRAGMA``/``RESET`` can undo any of it;
+* exactly one statement per call, and only SELECT (incl. WITH, FROM-first, DESCRIBE, SHOW,
+  SUMMARIZE, VALUES) or EXPLAIN: ``CHECKPOINT``, ``VACUUM``, ``BEGIN``, ``PRAGMA``, ``CALL`` and the
+  rest are refused before DuckDB runs anything.
+
+Every refusal and every DuckDB error is a ``QueryError`` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import pyarrow as pa
+
+#: Connection settings of the sandbox (set at connect; the configuration is locked afterwards).
+SANDBOX_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+}
+
+_ALLOWED = {"SELECT", "EXPLAIN"}
+
+
+class QueryError(ValueError):
+    """A query that was refused or failed; ``str()`` is one line."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (DuckDB appends hints and carets below)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_statement(sql: str) -> None:
+    """Raise QueryError unless ``sql`` is exactly one SELECT or EXPLAIN statement."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(one_line(exc)) from None
+    if len(statements) != 1:
+        raise QueryError(f"query takes exactly one SQL statement, got {len(statements)}")
+    kind = statements[0].type.name
+    if kind not in _ALLOWED:
+        raise QueryError(f"query is read-only: {kind} statements are refused (use SELECT, WITH, DESCRIBE, SHOW or EXPLAIN)")
+
+
+def connect_sandboxed(db: str | os.PathLike) -> duckdb.DuckDBPyConnection:
+    """A read-only, externally sealed, configuration-locked connection to an existing warehouse."""
+    con = duckdb.connect(os.fspath(db), read_only=True, config=dict(SANDBOX_CONFIG))
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def sandboxed_query(db: str | os.PathLike, sql: str) -> pa.Table:
+    """Run one read-only statement on ``db`` in the sandbox and return the result as Arrow."""
+    check_statement(sql)
+    try:
+        con = connect_sandboxed(db)
+    except duckdb.Error as exc:
+        raise QueryError(one_line(exc)) from None
+    try:
+        relation = con.sql(sql)
+        if relation is None:
+            return pa.table({})
+        return relation.to_arrow_table()
+    except duckdb.Error as exc:
+        raise QueryError(one_line(exc)) from None
+    finally:
+        con.close()
