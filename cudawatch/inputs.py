@@ -1,0 +1,106 @@
+"""Checks of paths and URLs a user hands to a command, run before the command does anything.
+
+Each check raises ``InputError`` with one line that names the option and the path, so the CLI can
+print it and exit 2 without a traceback and without creating a file (a typo in ``--db`` must not
+become a new, empty warehouse and a false "0 regressions"). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+#: A DuckDB database file has this magic at byte offset 8 (after the header checksum).
+DUCKDB_MAGIC = b"DUCK"
+
+
+class InputError(ValueError):
+    """A path or URL given to a command is unusable; the message is one line."""
+
+
+def is_duckdb_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file that starts like a DuckDB database."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return False
+    return len(head) == 12 and head[8:12] == DUCKDB_MAGIC
+
+
+def existing_db(path: str | os.PathLike, option: str = "--db") -> Path:
+    """A warehouse that a reading command opens: it must exist and be a DuckDB file."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{option} {p}: no such warehouse (run `cudawatch ingest --shards DIR --db {p}` first)")
+    if p.is_dir():
+        raise InputError(f"{option} {p}: is a directory, not a DuckDB file")
+    if not is_duckdb_file(p):
+        raise InputError(f"{option} {p}: not a DuckDB database file")
+    return p
+
+
+def writable_db(path: str | os.PathLike, option: str = "--db") -> Path:
+    """A warehouse that a writing command may create: absent, or an existing DuckDB file, in a
+    folder that exists."""
+    p = Path(path)
+    if p.exists():
+        return existing_db(p, option)
+    if not p.parent.is_dir():
+        raise InputError(f"{option} {p}: folder {p.parent} does not exist")
+    return p
+
+
+def shard_root(path: str | os.PathLike, option: str = "--shards") -> Path:
+    """A shard root to read: an existing folder."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{option} {p}: no such folder")
+    if not p.is_dir():
+        raise InputError(f"{option} {p}: not a folder")
+    return p
+
+
+def output_file(path: str | os.PathLike, option: str = "--out") -> Path:
+    """A file to write: not a directory, in a folder that exists (or can be made: no file in the way)."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {p}: is a directory; give a file name (e.g. {p / 'report.html'})")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{option} {p}: {parent} is a file, not a folder")
+            break
+    return p
+
+
+def output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """A folder to write into: absent (it is created) or an existing folder, not a file."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{option} {p}: is a file, not a folder")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{option} {p}: {parent} is a file, not a folder")
+            break
+    return p
+
+
+def http_url(name: str, value: str) -> str:
+    """``value`` if it is an http(s) URL with a host (and a numeric port, if any); else InputError
+    naming the setting but not the URL (webhook URLs carry secrets)."""
+    try:
+        parts = urllib.parse.urlsplit(value.strip())
+        port = parts.port  # raises ValueError for a port that is not a number
+    except ValueError:
+        raise InputError(f"{name} is not a valid URL (bad port or syntax)") from None
+    if parts.scheme not in ("http", "https"):
+        shown = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        raise InputError(f"{name} must be an http:// or https:// URL, got {shown}")
+    if not parts.hostname:
+        raise InputError(f"{name} must name a host (e.g. https://hooks.example.com/...)")
+    if port == 0:
+        raise InputError(f"{name} has port 0")
+    return value.strip()
