@@ -54,7 +54,7 @@ def _bad(mask) -> pa.ChunkedArray | pa.Array:
 def _outside(col, lo, hi):
     """True where a non-null value lies outside [lo, hi] (either bound may be None); compared as
     float64, so int64 values of any size compare without overflow."""
-    x = pc.cast(col, pa.float64())
+    x = pc.cast(col, pa.float64(), safe=False)
     mask = None
     if lo is not None:
         mask = pc.less(x, float(lo))
@@ -69,7 +69,7 @@ def _not_finite(col):
 
 
 def _f64(data: pa.Table, name: str):
-    return pc.cast(data.column(name), pa.float64())
+    return pc.cast(data.column(name), pa.float64(), safe=False)
 
 
 def reasons_for(table: str, data: pa.Table, partition_hour: dt.datetime | None, now: dt.datetime | None):
@@ -96,13 +96,13 @@ def reasons_for(table: str, data: pa.Table, partition_hour: dt.datetime | None, 
         duty = _f64(data, "sampling_duty")  # in (0, 1]
         checks.append(("sampling_duty_out_of_range", _bad(pc.or_(pc.less_equal(duty, 0.0), pc.greater(duty, 1.0)))))
     if table in ("kernels", "memcpy"):
-        window_ns = pc.multiply(pc.cast(data.column("window_s"), pa.float64()), float(_NS))
+        window_ns = pc.multiply(pc.cast(data.column("window_s"), pa.float64(), safe=False), float(_NS))
         total = _f64(data, "total_ns")
         count_col = "launches" if table == "kernels" else "count"
         count = _f64(data, count_col)
         rate = limits.MAX_LAUNCHES_PER_S if table == "kernels" else limits.MAX_COPIES_PER_S
         concurrent = limits.MAX_CONCURRENT_KERNELS if table == "kernels" else limits.MAX_CONCURRENT_COPIES
-        max_count = pc.multiply(pc.cast(data.column("window_s"), pa.float64()), float(rate))
+        max_count = pc.multiply(pc.cast(data.column("window_s"), pa.float64(), safe=False), float(rate))
         checks.append((f"{count_col}_out_of_range", _bad(pc.or_(pc.less(count, 1.0), pc.greater(count, max_count)))))
         checks.append(("total_ns_out_of_range", _bad(pc.or_(pc.less(total, 1.0),
                                                             pc.greater(total, pc.multiply(window_ns, float(concurrent)))))))
@@ -112,11 +112,11 @@ def reasons_for(table: str, data: pa.Table, partition_hour: dt.datetime | None, 
         launches, total = _f64(data, "launches"), _f64(data, "total_ns")
         checks.append(("total_ns_below_launches", _bad(pc.less(total, launches))))
         mn, mx = _f64(data, "min_ns"), _f64(data, "max_ns")
-        window_ns = pc.multiply(pc.cast(data.column("window_s"), pa.float64()), float(_NS))
+        window_ns = pc.multiply(pc.cast(data.column("window_s"), pa.float64(), safe=False), float(_NS))
         checks.append(("min_ns_out_of_range", _bad(pc.or_(pc.less(mn, 0.0), pc.greater(mn, window_ns)))))
         checks.append(("max_ns_out_of_range", _bad(pc.or_(pc.less(mx, mn), pc.greater(mx, window_ns)))))
     if table == "memcpy":
-        max_bytes = pc.multiply(pc.cast(data.column("window_s"), pa.float64()), limits.MAX_COPY_BYTES_PER_S)
+        max_bytes = pc.multiply(pc.cast(data.column("window_s"), pa.float64(), safe=False), limits.MAX_COPY_BYTES_PER_S)
         checks.append(("bytes_above_bandwidth", _bad(pc.greater(_f64(data, "bytes"), max_bytes))))
     return checks
 
