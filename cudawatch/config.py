@@ -86,6 +86,18 @@ class AlertConfig:
     webhook_url: str | None = field(default=None, repr=False)
     report_url: str | None = None
 
+    def __post_init__(self) -> None:
+        # Checked when the configuration is made (at a command's start), not when the first alert
+        # is sent: only http(s) URLs with a host; urllib would open file:// and others.
+        from cudawatch.inputs import InputError, http_url
+
+        for name, value in (("CUDAWATCH_SLACK_WEBHOOK_URL", self.slack_webhook_url), ("CUDAWATCH_WEBHOOK_URL", self.webhook_url)):
+            if value is not None:
+                try:
+                    http_url(name, value)
+                except InputError as exc:
+                    raise ConfigError(str(exc)) from None
+
     @classmethod
     def from_env(cls, environ: dict | None = None) -> "AlertConfig":
         return cls(
