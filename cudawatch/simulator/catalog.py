@@ -332,8 +332,9 @@ TRAIN_VIT = Workload(
            "elementwise", _cfg((1568,), (1024,), 38, 0, 1, 0.0)),
     ),
     copies=(
-        CopySpec("HtoD", "pinned", "device", 1, 19_267_584, 22.5, 5.0),
-        CopySpec("HtoD", "pinned", "device", 1, 1_024, 22.5, 4.0),
+        # images (19,267,584 B) and labels (1,024 B) per step: one (kind, src, dst) row per window
+        # in a collector's output, so one spec with their mean size
+        CopySpec("HtoD", "pinned", "device", 2, 9_634_304, 22.5, 4.5),
         CopySpec("DtoH", "device", "pageable", 1, 4, 0.5, 9.0),
         CopySpec("DtoD", "device", "device", 8, 8_388_608, 1_250.0, 2.0),
     ),
@@ -347,7 +348,8 @@ SERVE_LLAMA = Workload(
     peak_hour_utc=15,
     mem_gb=127.0,
     kernels=(
-        _cublas(GEMM_TN_64, "gemm", _cfg((132,), (256,), 154, 164_864, 64, 82.0), _cfg((132,), (256,), 154, 164_864, 64, 118.0)),
+        # two shapes; a collector keeps one row per launch configuration, so they differ in grid
+        _cublas(GEMM_TN_64, "gemm", _cfg((132,), (256,), 154, 164_864, 64, 82.0), _cfg((264,), (256,), 154, 164_864, 64, 118.0)),
         _cublas(GEMM_TN_128, "gemm", _cfg(_PERSIST, (384,), 168, _SMEM_XMMA, 1, 830.0)),
         _k(_SPLITKV, "attention", _cfg((1, 32, 64), (128,), 255, 49_152, 32, 58.0)),
         _k(_SPLITKV_COMBINE, "attention", _cfg((64,), (128,), 64, 0, 32, 6.0)),
