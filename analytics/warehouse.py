@@ -13,8 +13,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from analytics import validate
 from cudawatch import shards as sh
 
 #: Raw tables take the shard contract's columns plus the id of the shard each row came from.
@@ -31,6 +33,14 @@ CREATE TABLE IF NOT EXISTS shard_ledger (
     loaded_at TIMESTAMPTZ DEFAULT current_timestamp
 );
 CREATE SEQUENCE IF NOT EXISTS shard_id_seq START 1;
+CREATE TABLE IF NOT EXISTS rejected_rows (
+    path VARCHAR NOT NULL,             -- the shard, relative to the shard root
+    table_name VARCHAR NOT NULL,
+    reason VARCHAR NOT NULL,           -- analytics.validate reason, 'duplicate' or 'shard_quarantined'
+    rows BIGINT NOT NULL,
+    recorded_at TIMESTAMPTZ DEFAULT current_timestamp,
+    PRIMARY KEY (path, reason)
+);
 CREATE TABLE IF NOT EXISTS quarantine (
     path VARCHAR PRIMARY KEY,          -- relative to the shard root
     table_name VARCHAR,
@@ -46,16 +56,33 @@ _LEDGER_COLUMNS = ("shard_id", "path", "table_name", "partition_hour", "rows", "
 
 @dataclass
 class IngestResult:
-    """What one ingest call did."""
+    """What one ingest call did. ``rows`` counts rows loaded; ``rows_in`` rows read from the shards
+    (loaded + rejected, quarantined shards included); ``rejected`` rows not loaded, by reason."""
 
     loaded: int = 0
     skipped: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     quarantined: list[tuple[str, str]] = field(default_factory=list)
+    rows_in: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         rows = ", ".join(f"{t}={n}" for t, n in sorted(self.rows.items())) or "no rows"
-        return f"loaded {self.loaded} shards ({rows}); {self.skipped} already loaded; {len(self.quarantined)} quarantined"
+        text = f"loaded {self.loaded} shards ({rows}); {self.skipped} already loaded; {len(self.quarantined)} quarantined"
+        if self.rejected:
+            top = ", ".join(f"{r} {n}" for r, n in sorted(self.rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+            text += f"; {sum(self.rejected.values())} rows not loaded ({top})"
+        if self.warnings:
+            text += f"; {len(self.warnings)} paths skipped"
+        return text
+
+    def _add(self, table: str, rows_in: int, loaded: int, rejected: dict[str, int]) -> None:
+        self.rows_in[table] = self.rows_in.get(table, 0) + rows_in
+        if loaded or table in self.rows:
+            self.rows[table] = self.rows.get(table, 0) + loaded
+        for reason, n in rejected.items():
+            self.rejected[reason] = self.rejected.get(reason, 0) + n
 
 
 def connect(db: str | os.PathLike, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -79,6 +106,17 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_VIEWS)
 
 
+#: Content key of a row per table: a window of a process (a GPU sample for ``device``) counts once,
+#: whatever file or however many files it arrives in (docs/shards.md, "Content key").
+CONTENT_KEY: dict[str, tuple[str, ...]] = {
+    "kernels": ("host", "pid", "gpu_uuid", "window_start", "kernel_id", "grid_x", "grid_y", "grid_z",
+                "block_x", "block_y", "block_z", "registers_per_thread", "shared_mem_bytes"),
+    "memcpy": ("host", "pid", "gpu_uuid", "window_start", "copy_kind", "src_kind", "dst_kind"),
+    "device": ("host", "gpu_uuid", "ts"),
+    "health": ("host", "pid", "window_start"),
+}
+
+
 def ingest_shards(
     shards_root: str | os.PathLike,
     con: duckdb.DuckDBPyConnection,
@@ -86,13 +124,22 @@ def ingest_shards(
     hour: dt.datetime | None = None,
     tables: tuple[str, ...] = RAW_TABLES,
     batch_files: int = 64,
+    now: dt.datetime | None = None,
 ) -> IngestResult:
     """Load every shard under ``shards_root`` not yet in the ledger (one hour only, if given).
 
     Idempotent: a shard's relative path is its identity, so a second call loads nothing. A shard
-    that fails validation is recorded in ``quarantine`` with the reason and left in place; the
+    that fails the contract is recorded in ``quarantine`` with the reason and left in place; the
     others load. A quarantined shard is retried when its size changes (e.g. it was rewritten).
-    Rows and ledger entries of a batch commit in one transaction, so a crash mid-ingest leaves no
+
+    Every row is validated against the contract's physical limits (``analytics.validate``, with
+    the shard's partition hour and ``now``, the ingest time, default the wall clock): impossible
+    rows are not loaded and are counted per shard and reason in ``rejected_rows``; a shard whose
+    rows are mostly impossible is quarantined whole. Rows are counted at most once by content
+    (``CONTENT_KEY``): a row whose key is already in the warehouse, or earlier in the batch, is
+    counted as ``duplicate`` instead. A shard path without a valid ``date=/hour=`` partition is
+    skipped with a warning in ``IngestResult.warnings``. Rows, ledger, rejected counts and
+    quarantine entries of a batch commit in one transaction, so a crash mid-ingest leaves no
     partly loaded shard.
 
     Fast path: shards whose Parquet footer proves the contract (required columns present and,
@@ -101,6 +148,7 @@ def ingest_shards(
     goes through ``read_shard`` file by file, which names the bad file and quarantines it.
     """
     root = Path(shards_root)
+    now = sh.parse_utc(now) if now is not None else dt.datetime.now(dt.timezone.utc)
     result = IngestResult()
     known = {r[0] for r in con.execute("SELECT path FROM shard_ledger").fetchall()}
     # A quarantined shard is retried only when its file changed (rewritten or repaired).
@@ -109,33 +157,49 @@ def ingest_shards(
         todo = []
         for path in sh.list_shards(root, table, hour):
             rel = path.relative_to(root).as_posix()
+            try:
+                part = validate.partition_hour_of(rel)
+            except sh.ShardError as exc:
+                result.warnings.append(f"skipped {exc}")
+                continue
             if rel in known or quarantined.get(rel) == path.stat().st_size:
                 result.skipped += 1
             else:
-                if rel in quarantined:
-                    con.execute("DELETE FROM quarantine WHERE path = ?", [rel])
-                todo.append((path, rel))
+                todo.append(_Shard(path, rel, part, path.stat().st_size, rel in quarantined))
         for start in range(0, len(todo), batch_files):
-            _load_batch(con, table, todo[start : start + batch_files], result)
+            _load_batch(con, table, todo[start : start + batch_files], result, now)
     return result
 
 
-def _load_batch(con, table: str, batch, result: IngestResult) -> None:
+@dataclass
+class _Shard:
+    path: Path
+    rel: str
+    partition: dt.datetime
+    size: int
+    was_quarantined: bool = False
+    data: pa.Table | None = None
+    shard_id: int | None = None
+
+
+def _load_batch(con, table: str, batch: list[_Shard], result: IngestResult, now: dt.datetime) -> None:
     fast, slow = [], []
-    for path, rel in batch:
-        meta = _footer_proves_contract(path, table)
-        if meta is None:
-            slow.append((path, rel))
-        else:
-            fast.append((path, rel, *meta))
-    if fast and not _insert_with_duckdb(con, table, fast, result):
-        slow = [(path, rel) for path, rel, *_ in fast] + slow  # find the value DuckDB could not cast
-    if slow:
-        _insert_checked(con, table, slow, result)
+    for shard in batch:
+        names = _footer_proves_contract(shard.path, table)
+        (slow if names is None else fast).append((shard, names))
+    if fast and not _read_with_duckdb(con, table, fast):
+        slow += fast  # find the value DuckDB could not cast, file by file
+    bad: list[tuple[_Shard, str]] = []
+    for shard, _ in slow:
+        try:
+            shard.data = sh.read_shard(shard.path, table).select(list(sh.SCHEMAS[table].names))
+        except sh.ShardError as exc:
+            bad.append((shard, str(exc).replace(str(shard.path), shard.rel)))
+    _commit(con, table, batch, bad, result, now)
 
 
-def _footer_proves_contract(path: Path, table: str) -> tuple[int, set[str]] | None:
-    """(rows, column names) when the footer alone shows the shard meets the contract, else None."""
+def _footer_proves_contract(path: Path, table: str) -> set[str] | None:
+    """The column names when the footer alone shows the shard meets the contract, else None."""
     try:
         pf = pq.ParquetFile(path)
     except Exception:  # unreadable: the checked path quarantines it with the reason
@@ -153,99 +217,111 @@ def _footer_proves_contract(path: Path, table: str) -> tuple[int, set[str]] | No
                 return None
             if name == "schema_version" and (not stats.has_min_max or stats.min != sh.SCHEMA_VERSION or stats.max != sh.SCHEMA_VERSION):
                 return None
-    return md.num_rows, names
+    return names
 
 
-def _insert_with_duckdb(con, table: str, batch, result: IngestResult) -> bool:
-    """Insert footer-checked shards with ``read_parquet``; False (nothing written) if DuckDB
-    could not cast a value to the contract type."""
+def _read_with_duckdb(con, table: str, batch) -> bool:
+    """Read footer-checked shards with ``read_parquet`` into ``shard.data`` (contract types);
+    False (nothing read) if DuckDB could not cast a value to the contract type."""
     types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall())
-    present = set().union(*(names for *_, names in batch))
-    select = ", ".join(f"CAST(r.{c} AS {types[c]})" if c in present else f"NULL::{types[c]}" for c in sh.SCHEMAS[table].names)
-    con.execute("BEGIN TRANSACTION")
+    present = set().union(*(names for _, names in batch))
+    select = ", ".join(f"CAST(r.{c} AS {types[c]}) AS {c}" if c in present else f"NULL::{types[c]} AS {c}" for c in sh.SCHEMAS[table].names)
+    files = [str(shard.path) for shard, _ in batch]
     try:
-        ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(batch)]).fetchall()]
-        files = pa.table({"filename": [str(path) for path, *_ in batch], "shard_id": pa.array(ids, pa.int64())})
-        ledger = pa.Table.from_pylist(
-            [dict(zip(_LEDGER_COLUMNS, (shard_id, rel, table, _partition_hour(rel), rows, path.stat().st_size)))
-             for shard_id, (path, rel, rows, _) in zip(ids, batch)]
-        )
-        con.register("_batch_files", files)
-        con.register("_batch_ledger", ledger)
-        con.execute(
-            f"INSERT INTO {table} SELECT {select}, m.shard_id "
-            "FROM read_parquet(?, filename = true, union_by_name = true, hive_partitioning = false) r "
-            "JOIN _batch_files m ON r.filename = m.filename",
-            [files.column("filename").to_pylist()],
-        )
-        con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
-        con.execute("COMMIT")
+        data = con.sql(
+            f"SELECT {select}, r.filename AS _file FROM read_parquet(?, filename = true, union_by_name = true, hive_partitioning = false) r",
+            params=[files],
+        ).to_arrow_table()
     except duckdb.ConversionException:
-        con.execute("ROLLBACK")
         return False
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        con.unregister("_batch_files")
-        con.unregister("_batch_ledger")
-    result.loaded += len(batch)
-    result.rows[table] = result.rows.get(table, 0) + sum(rows for _, _, rows, _ in batch)
+    schema = sh.SCHEMAS[table]
+    by_file = data.column("_file")
+    for shard, _ in batch:
+        rows = data.filter(pc.equal(by_file, str(shard.path))).drop_columns(["_file"])
+        shard.data = rows.cast(schema) if rows.schema != schema else rows
     return True
 
 
-def _insert_checked(con, table: str, batch, result: IngestResult) -> None:
-    """Read and validate each shard with ``read_shard``; quarantine the bad ones, insert the rest."""
-    good = []
-    for path, rel in batch:
-        size = path.stat().st_size
-        try:
-            data = sh.read_shard(path, table)
-        except sh.ShardError as exc:
-            reason = str(exc).replace(str(path), rel)
-            con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)", [rel, table, reason, size])
-            result.quarantined.append((rel, reason))
+def _commit(con, table: str, batch: list[_Shard], bad: list[tuple[_Shard, str]], result: IngestResult, now: dt.datetime) -> None:
+    """Validate the read shards, then in one transaction: quarantine the bad and the mostly bad,
+    insert the good rows not already present by content key, ledger the loaded shards and record
+    the rejected rows per shard and reason."""
+    quarantine: list[tuple[_Shard, str]] = list(bad)
+    rejected: list[tuple[str, str, int]] = []  # (path, reason, rows)
+    good: list[tuple[_Shard, pa.Table]] = []
+    for shard in batch:
+        if shard.data is None:
             continue
-        good.append((data.select(list(sh.SCHEMAS[table].names)), rel, size))
-    if not good:
-        return
+        v = validate.validate_rows(table, shard.data, shard.partition, now)
+        counts = dict(v.rejected)
+        if v.quarantine:
+            counts["shard_quarantined"] = v.good.num_rows
+            quarantine.append((shard, v.reason()))
+        else:
+            good.append((shard, v.good))
+        rejected += [(shard.rel, r, n) for r, n in counts.items()]
+        result._add(table, v.rows, 0, counts)
     con.execute("BEGIN TRANSACTION")
     try:
-        ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(good)]).fetchall()]
-        batch_rows = pa.concat_tables(
-            data.append_column("shard_id", pa.array([shard_id] * data.num_rows, pa.int64()))
-            for shard_id, (data, _, _) in zip(ids, good)
-        )
-        ledger = pa.Table.from_pylist(
-            [dict(zip(_LEDGER_COLUMNS, (shard_id, rel, table, _partition_hour(rel), data.num_rows, size)))
-             for shard_id, (data, rel, size) in zip(ids, good)]
-        )
-        # One INSERT from Arrow each (executemany would go row by row).
-        con.register("_batch_rows", batch_rows)
-        con.register("_batch_ledger", ledger)
-        con.execute(f"INSERT INTO {table} SELECT * FROM _batch_rows")
-        con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
+        for shard in batch:
+            if shard.was_quarantined:  # retried after a rewrite: its old verdict goes
+                con.execute("DELETE FROM quarantine WHERE path = ?", [shard.rel])
+                con.execute("DELETE FROM rejected_rows WHERE path = ?", [shard.rel])
+        for shard, reason in quarantine:
+            con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)",
+                        [shard.rel, table, reason, shard.size])
+        loaded = _insert_new_rows(con, table, good) if good else {}
+        ledger = [(shard.shard_id, shard.rel, table, shard.partition, loaded.get(shard.shard_id, 0), shard.size)
+                  for shard, _ in good]
+        for shard, rows in good:
+            sid = shard.shard_id
+            dup = rows.num_rows - loaded.get(sid, 0)
+            if dup:
+                rejected.append((shard.rel, "duplicate", dup))
+                result._add(table, 0, 0, {"duplicate": dup})
+            result._add(table, 0, loaded.get(sid, 0), {})
+        if ledger:
+            con.register("_batch_ledger", pa.Table.from_pylist([dict(zip(_LEDGER_COLUMNS, row)) for row in ledger]))
+            con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
+            con.unregister("_batch_ledger")
+        if rejected:
+            con.executemany("INSERT OR REPLACE INTO rejected_rows (path, table_name, reason, rows) VALUES (?, ?, ?, ?)",
+                            [[path, table, reason, n] for path, reason, n in rejected])
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
+    result.loaded += len(good)
+    result.quarantined += [(shard.rel, reason) for shard, reason in quarantine]
+
+
+def _insert_new_rows(con, table: str, good: list[tuple[_Shard, pa.Table]]) -> dict[int, int]:
+    """Draw a shard id for each shard and insert the rows whose content key is neither in
+    ``table`` nor earlier in the batch (by shard id); returns rows inserted per shard id."""
+    ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(good)]).fetchall()]
+    for sid, (shard, _) in zip(ids, good):
+        shard.shard_id = sid
+    rows = pa.concat_tables(data.append_column("shard_id", pa.array([sid] * data.num_rows, pa.int64()))
+                            for sid, (_, data) in zip(ids, good))
+    if rows.num_rows == 0:
+        return {}
+    key = CONTENT_KEY[table]
+    time_col = sh.TIME_COLUMN[table]
+    cols = ", ".join(rows.column_names)
+    same = " AND ".join(f"t.{k} IS NOT DISTINCT FROM b.{k}" for k in key)
+    lo, hi = pc.min_max(rows.column(time_col)).values()
+    con.register("_batch_rows", rows)
+    try:
+        con.execute(
+            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ("
+            f"  SELECT * FROM _batch_rows QUALIFY row_number() OVER (PARTITION BY {', '.join(key)} ORDER BY shard_id) = 1"
+            f") b WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{time_col} BETWEEN ? AND ? AND {same})",
+            [lo.as_py(), hi.as_py()],
+        )
     finally:
         con.unregister("_batch_rows")
-        con.unregister("_batch_ledger")
-    result.loaded += len(good)
-    result.rows[table] = result.rows.get(table, 0) + batch_rows.num_rows
-
-
-def _partition_hour(rel: str) -> dt.datetime | None:
-    date = hour = None
-    for part in rel.split("/"):
-        if part.startswith("date="):
-            date = part[5:]
-        elif part.startswith("hour="):
-            hour = part[5:]
-    if date is None or hour is None:
-        return None
-    return dt.datetime.fromisoformat(f"{date}T{hour}:00:00+00:00")
+    return dict(con.execute(f"SELECT shard_id, count(*) FROM {table} WHERE shard_id BETWEEN ? AND ? GROUP BY shard_id",
+                            [min(ids), max(ids)]).fetchall())
 
 
 def query(db: str | os.PathLike, sql: str) -> pa.Table:

@@ -19,7 +19,8 @@ def kernel_rows(n=3, **over):
                shared_mem_bytes=0, launches=10, total_ns=1000, min_ns=90, max_ns=120, sumsq_ns2=1.0e5,
                hist_bucket=[105], hist_count=[10], sampling_duty=1.0)
     row.update(over)
-    return pa.Table.from_pylist([dict(row, launches=row["launches"] + i) for i in range(n)])
+    # one row per (window, process, signature), as the contract says: the rows are three processes
+    return pa.Table.from_pylist([dict(row, launches=row["launches"] + i, pid=row["pid"] + i) for i in range(n)])
 
 
 def test_write_then_read_roundtrip(tmp_path):

@@ -120,7 +120,7 @@ def test_quarantined_shard_is_retried_once_rewritten(shard_root, tmp_path):
 
 def test_views_scale_counts_in_double_precision(tmp_path):
     root = tmp_path / "shards"
-    sh.write_shard(root, "kernels", kernel_rows(n=1, launches=123456789, sampling_duty=0.5), HOUR)
+    sh.write_shard(root, "kernels", kernel_rows(n=1, launches=123456789, total_ns=123456789 * 100, sampling_duty=0.5), HOUR)
     con = warehouse.connect(tmp_path / "w.duckdb")
     warehouse.ingest_shards(root, con)
     assert con.execute("SELECT launches FROM kernel_hourly").fetchone()[0] == 246913578
@@ -155,7 +155,7 @@ def test_missing_nullable_and_extra_columns_and_files_without_statistics_load(tm
     root = tmp_path / "shards"
     lean = sh.conform("kernels", kernel_rows(n=2)).drop(["hist_bucket", "hist_count", "sampling_duty"])
     _write_raw(root, "h0-1-lean.parquet", lean.append_column("note", pa.array(["x", "y"])))
-    _write_raw(root, "h0-2-nostats.parquet", sh.conform("kernels", kernel_rows(n=3)))
+    _write_raw(root, "h0-2-nostats.parquet", sh.conform("kernels", kernel_rows(n=3, host="h2")))
     con = warehouse.connect(tmp_path / "w.duckdb")
     result = warehouse.ingest_shards(root, con)
     assert (result.loaded, result.quarantined, result.rows) == (2, [], {"kernels": 5})
