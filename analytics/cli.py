@@ -48,13 +48,19 @@ def ingest(
 ) -> None:
     """Load new shards into the warehouse; shards already loaded are skipped, bad ones quarantined."""
     from analytics import warehouse
+    from cudawatch import inputs
+    from cudawatch.text import terminal
 
     hour_ts = _parse_ts(hour)
+    inputs.or_exit(inputs.shard_root, shards)
+    inputs.or_exit(inputs.writable_db, db)
     with _writer(db) as con:
         result = warehouse.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:
-        typer.echo(f"quarantined {path}: {reason}", err=True)
+        typer.echo(f"quarantined {terminal(path)}: {terminal(reason)}", err=True)
+    for warning in result.warnings:
+        typer.echo(f"warning: {terminal(warning)}", err=True)
 
 
 def analyze(
@@ -64,8 +70,11 @@ def analyze(
 ) -> None:
     """Update baselines, detect regressions and attach root causes."""
     from analytics import pipeline
+    from cudawatch import inputs
+    from cudawatch.text import shorten_name, terminal
 
     as_of_ts = _parse_ts(as_of)
+    inputs.or_exit(inputs.existing_db, db)
     with _writer(db) as con:
         regressions = pipeline.analyze(con, as_of_ts)
     if as_json:
@@ -73,13 +82,16 @@ def analyze(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"{len(regressions)} regressions")
     for col in ("severity", "job", "kernel / series", "onset", "change", "p", "causes"):
         table.add_column(col)
     for r in regressions:
-        table.add_row(r.severity, r.job, (r.kernel or r.gpu_uuid or r.series)[:60], f"{r.onset:%Y-%m-%d %H:00}",
-                      r.change_label, f"{r.p_value:.1e}", ", ".join(f.rule for f in r.causes))
+        what = shorten_name(r.kernel, r.kernel_id) if r.kernel else (r.gpu_uuid or r.series)
+        # Text, not markup: a name with [brackets] stays literal
+        table.add_row(*(Text(c) for c in (terminal(r.severity), shorten_name(r.job), terminal(what), f"{r.onset:%Y-%m-%d %H:00}",
+                                           r.change_label, f"{r.p_value:.1e}", ", ".join(f.rule for f in r.causes))))
     Console().print(table)
 
 
@@ -90,11 +102,13 @@ def query(
     limit: int = typer.Option(200, "--limit", help="Rows to print in table format."),
 ) -> None:
     """Run read-only ad-hoc SQL on the warehouse."""
-    from analytics import warehouse
+    from analytics.sandbox import QueryError, sandboxed_query
+    from cudawatch import inputs
 
+    inputs.or_exit(inputs.existing_db, db)
     try:
-        result = warehouse.query(db, sql)
-    except Exception as exc:  # duckdb errors: show the message, not a traceback
+        result = sandboxed_query(db, sql)
+    except QueryError as exc:  # refused, or a DuckDB error: one line, not a traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     _print_arrow(result, fmt, limit)
@@ -120,12 +134,15 @@ def _print_arrow(result, fmt: str, limit: int) -> None:
     elif fmt == "table":
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
+
+        from cudawatch.text import terminal
 
         table = Table(show_lines=False)
         for name in result.column_names:
-            table.add_column(name)
+            table.add_column(Text(terminal(name)))
         for row in result.slice(0, limit).to_pylist():
-            table.add_row(*("" if v is None else str(v) for v in row.values()))
+            table.add_row(*(Text("" if v is None else terminal(v)) for v in row.values()))
         Console(width=200).print(table)
         if result.num_rows > limit:
             typer.echo(f"... {result.num_rows - limit} more rows (use --format csv)")
@@ -145,7 +162,10 @@ def diff(
     from analytics import diff as trace_diff
     from analytics import warehouse
 
+    from cudawatch import inputs
+
     before_ts, after_ts = _parse_ts(before), _parse_ts(after)
+    inputs.or_exit(inputs.existing_db, db)
     con = warehouse.connect(db, read_only=True)
     try:
         result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)

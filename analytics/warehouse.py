@@ -255,7 +255,8 @@ def _commit(con, table: str, batch: list[_Shard], bad: list[tuple[_Shard, str]],
         v = validate.validate_rows(table, shard.data, shard.partition, now)
         counts = dict(v.rejected)
         if v.quarantine:
-            counts["shard_quarantined"] = v.good.num_rows
+            if v.good.num_rows:
+                counts["shard_quarantined"] = v.good.num_rows
             quarantine.append((shard, v.reason()))
         else:
             good.append((shard, v.good))

@@ -28,9 +28,12 @@ class DemoResult:
             f"ingest:       {self.ingest_summary}",
             f"regressions:  {len(self.regressions)}",
         ]
+        from cudawatch.text import shorten_name, terminal
+
         for r in self.regressions:
             causes = ", ".join(f.rule for f in r.causes) or "-"
-            lines.append(f"  [{r.severity}] {r.job} {(r.kernel or r.gpu_uuid or r.series)[:70]} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
+            what = shorten_name(r.kernel, r.kernel_id) if r.kernel else terminal(r.gpu_uuid or r.series)
+            lines.append(f"  [{r.severity}] {shorten_name(r.job)} {what} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
         lines.append(f'try: cudawatch query --db {self.db} "SELECT job, count(*) FROM kernels GROUP BY job"')
         return "\n".join(lines)
 

@@ -104,3 +104,15 @@ def http_url(name: str, value: str) -> str:
     if port == 0:
         raise InputError(f"{name} has port 0")
     return value.strip()
+
+
+def or_exit(check, *args, **kwargs):
+    """For CLI commands: ``check(*args, **kwargs)``; on InputError print ``error: ...`` (one line)
+    on stderr and exit 2 (typer is imported only here, so the checks themselves stay stdlib)."""
+    try:
+        return check(*args, **kwargs)
+    except InputError as exc:
+        import typer
+
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

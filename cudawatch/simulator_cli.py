@@ -34,8 +34,9 @@ def simulate(
         "repeatable; 'none' for a clean fleet; default: one of each kind."),
 ) -> None:
     """Write realistic shards for a simulated fleet plus ground_truth.json."""
-    from cudawatch import simulator
+    from cudawatch import inputs, simulator
 
+    inputs.or_exit(inputs.output_dir, out)
     try:
         injections = simulator.parse_injections(inject) if inject else None
         truth = simulator.simulate_fleet(out, gpus=gpus, hours=hours, seed=seed, start=_parse_start(start), injections=injections)
@@ -49,8 +50,10 @@ def demo(
     workdir: Path = typer.Option(Path("cudawatch-demo"), "--workdir", help="Folder for shards, warehouse and report."),
 ) -> None:
     """Simulate a small fleet with known regressions, run the whole pipeline, write a report."""
+    from cudawatch import inputs
     from cudawatch.demo import run_demo
 
+    inputs.or_exit(inputs.output_dir, workdir, "--workdir")
     result = run_demo(workdir)
     typer.echo(result.summary())
 

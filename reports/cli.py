@@ -16,9 +16,12 @@ def report(
         None, "--email-to", help="Also e-mail the report to this address (repeatable); SMTP from CUDAWATCH_SMTP_* env."),
 ) -> None:
     """Write the HTML report, and e-mail it when --email-to is given."""
+    from cudawatch import inputs
     from cudawatch.config import ConfigError, SmtpConfig
     from reports import render
 
+    inputs.or_exit(inputs.existing_db, db)
+    inputs.or_exit(inputs.output_file, out)
     try:
         smtp = SmtpConfig.from_env() if email_to else None
         if smtp is not None and not smtp.host:
@@ -65,9 +68,9 @@ def alert(
     if not (config.slack_webhook_url or config.webhook_url):
         typer.echo("error: no alert channel: set CUDAWATCH_SLACK_WEBHOOK_URL and/or CUDAWATCH_WEBHOOK_URL", err=True)
         raise typer.Exit(2)
-    if not db.exists():
-        typer.echo(f"error: warehouse {db} does not exist (run `cudawatch ingest` first)", err=True)
-        raise typer.Exit(2)
+    from cudawatch import inputs
+
+    inputs.or_exit(inputs.existing_db, db)
     con = warehouse.connect(db)
     try:
         if retry_failed:
