@@ -21,6 +21,7 @@ import jinja2
 
 from analytics.results import SEVERITIES, Finding, Regression
 from reports import charts, data
+from cudawatch.text import shorten_name
 from reports.escape import header, plain, truncate_middle
 from cudawatch.config import max_overhead_pct
 from cudawatch.shards import atomic_file
@@ -66,8 +67,10 @@ class ReportItem:
     @property
     def title(self) -> str:
         r = self.r
-        if r.kernel or r.gpu_uuid:
-            what = r.kernel or r.gpu_uuid
+        if r.kernel:  # the one shortening rule of cudawatch.text (head, tail and the kernel id)
+            return shorten_name(r.kernel, r.kernel_id)
+        if r.gpu_uuid:
+            what = r.gpu_uuid
         elif r.series.startswith("memcpy_") and r.signature:
             what = f"{r.signature} copies"
         else:

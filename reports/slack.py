@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from analytics.results import Regression
+from cudawatch.text import shorten_name
 from reports.escape import single_line, slack, slack_code
 
 SEVERITY_ICON = {"critical": ":red_circle:", "high": ":large_orange_circle:", "medium": ":large_yellow_circle:", "low": ":white_circle:"}
@@ -27,8 +28,8 @@ def magnitude(r: Regression) -> str:
 
 
 def _subject(r: Regression) -> str:
-    if r.kernel:
-        return slack_code(r.kernel, 150)
+    if r.kernel:  # the one shortening rule of cudawatch.text (head, tail and the kernel id)
+        return slack_code(shorten_name(r.kernel, r.kernel_id))
     if r.gpu_uuid:
         return "GPU " + slack_code(r.gpu_uuid, 80)
     if r.series.startswith("memcpy_") and r.signature:
