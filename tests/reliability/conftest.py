@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from analytics import pipeline, warehouse
+import simulator
+from analytics import store
+from app import steps
+from app.cli import app
 from cudawatch import shards as sh
-from cudawatch import simulator
-from cudawatch.cli import app
 
 GPUS, HOURS, SEED = 16, 48, 7
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
@@ -30,7 +31,7 @@ NOW = START + dt.timedelta(hours=HOURS + 1)
 class Outcome:
     """What ingest + analyze produced on one shard tree."""
 
-    ingest: warehouse.IngestResult
+    ingest: store.IngestResult
     regressions: list
     db: Path
 
@@ -46,10 +47,10 @@ def regression_key(r) -> tuple:
 
 
 def run(root: Path, db: Path, now: dt.datetime = NOW) -> Outcome:
-    con = warehouse.connect(db)
+    con = store.connect(db)
     try:
-        result = warehouse.ingest_shards(root, con, now=now)
-        regressions = pipeline.analyze(con)
+        result = store.ingest_shards(root, con, now=now)
+        regressions = steps.analyze(con)
     finally:
         con.close()
     return Outcome(result, regressions, db)

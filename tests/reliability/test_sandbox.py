@@ -1,12 +1,12 @@
 """The query sandbox: DuckDB refuses every write, file access, extension and setting change;
-one SELECT/EXPLAIN per call (analytics.sandbox)."""
+one SELECT/EXPLAIN per call (analytics.store.sandbox)."""
 
 from __future__ import annotations
 
 import duckdb
 import pytest
 
-from analytics.sandbox import QueryError, check_statement, sandboxed_query
+from analytics.store.sandbox import QueryError, check_statement, sandboxed_query
 
 
 @pytest.fixture()
@@ -89,7 +89,7 @@ def test_attach_and_delete_in_one_call_is_refused_and_other_db_is_intact(dbs):
 
 def test_duckdb_itself_refuses_what_the_statement_check_would_let_through(dbs):
     """The statement check is the second lock: with it bypassed, DuckDB's settings still hold."""
-    from analytics.sandbox import connect_sandboxed
+    from analytics.store.sandbox import connect_sandboxed
 
     db, other, tmp = dbs
     con = connect_sandboxed(db)

@@ -71,6 +71,8 @@ def connect_sandboxed(db: str | os.PathLike) -> duckdb.DuckDBPyConnection:
 def sandboxed_query(db: str | os.PathLike, sql: str) -> pa.Table:
     """Run one read-only statement on ``db`` in the sandbox and return the result as Arrow."""
     check_statement(sql)
+    if not os.path.exists(db):
+        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
     try:
         con = connect_sandboxed(db)
     except duckdb.Error as exc:

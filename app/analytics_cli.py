@@ -26,12 +26,12 @@ def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
 def _writer(db: Path):
     """A writable connection under the warehouse's writer lock, shared with the Airflow tasks:
     a command run by hand waits for a running task instead of failing on DuckDB's file lock."""
-    from analytics import warehouse
-    from analytics.locking import LockTimeout, writer_lock
+    from analytics import store
+    from analytics.store.locking import LockTimeout, writer_lock
 
     try:
         with writer_lock(db):
-            con = warehouse.connect(db)
+            con = store.connect(db)
             try:
                 yield con
             finally:
@@ -47,7 +47,7 @@ def ingest(
     hour: Optional[str] = typer.Option(None, "--hour", help="Only this UTC hour's partition (ISO)."),
 ) -> None:
     """Load new shards into the warehouse; shards already loaded are skipped, bad ones quarantined."""
-    from analytics import warehouse
+    from analytics import store
     from cudawatch import inputs
     from cudawatch.text import terminal
 
@@ -55,7 +55,7 @@ def ingest(
     inputs.or_exit(inputs.shard_root, shards)
     inputs.or_exit(inputs.writable_db, db)
     with _writer(db) as con:
-        result = warehouse.ingest_shards(shards, con, hour=hour_ts)
+        result = store.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:
         typer.echo(f"quarantined {terminal(path)}: {terminal(reason)}", err=True)
@@ -69,14 +69,14 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print regressions as a JSON list."),
 ) -> None:
     """Update baselines, detect regressions and attach root causes."""
-    from analytics import pipeline
+    from app import steps
     from cudawatch import inputs
     from cudawatch.text import shorten_name, terminal
 
     as_of_ts = _parse_ts(as_of)
     inputs.or_exit(inputs.existing_db, db)
     with _writer(db) as con:
-        regressions = pipeline.analyze(con, as_of_ts)
+        regressions = steps.analyze(con, as_of_ts)
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
         return
@@ -102,13 +102,13 @@ def query(
     limit: int = typer.Option(200, "--limit", help="Rows to print in table format."),
 ) -> None:
     """Run read-only ad-hoc SQL on the warehouse."""
-    from analytics.sandbox import QueryError, sandboxed_query
+    from analytics import store
     from cudawatch import inputs
 
     inputs.or_exit(inputs.existing_db, db)
     try:
-        result = sandboxed_query(db, sql)
-    except QueryError as exc:  # refused, or a DuckDB error: one line, not a traceback
+        result = store.query(db, sql)
+    except store.QueryError as exc:  # refused, or a DuckDB error: one line, not a traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     _print_arrow(result, fmt, limit)
@@ -160,13 +160,13 @@ def diff(
 ) -> None:
     """Trace diff of a job between two windows: kernels added, removed, slower, faster."""
     from analytics import diff as trace_diff
-    from analytics import warehouse
+    from analytics import store
 
     from cudawatch import inputs
 
     before_ts, after_ts = _parse_ts(before), _parse_ts(after)
     inputs.or_exit(inputs.existing_db, db)
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)
     except ValueError as exc:  # unknown job, overlapping windows

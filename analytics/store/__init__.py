@@ -1,0 +1,17 @@
+"""The warehouse store: the one owner of the DuckDB file, its tables, views and queries.
+
+Every other module receives a connection (or plain data) from here; none opens the file itself.
+"""
+
+from __future__ import annotations
+
+from analytics.store.db import connect, query
+from analytics.store.ingest import CONTENT_KEY, IngestResult, ingest_shards
+from analytics.store.locking import LockTimeout, lock_path, writer_lock
+from analytics.store.sandbox import QueryError
+from analytics.store.schema import DUTY, RAW_TABLES, SIGNATURE, ensure_schema
+
+__all__ = [
+    "connect", "query", "QueryError", "CONTENT_KEY", "ensure_schema", "ingest_shards", "IngestResult",
+    "writer_lock", "lock_path", "LockTimeout", "DUTY", "SIGNATURE", "RAW_TABLES",
+]
