@@ -53,6 +53,8 @@ def run(root: Path, db: Path, now: dt.datetime = NOW) -> Outcome:
         regressions = steps.analyze(con)
     finally:
         con.close()
+    print(f"\nobserved [{root.name}]: rows in {sum(result.rows_in.values())}, loaded {sum(result.rows.values())}, "
+          f"{result.summary()}; {len(regressions)} regressions")  # shown with pytest -s (docs/reliability.md)
     return Outcome(result, regressions, db)
 
 

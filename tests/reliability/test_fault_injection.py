@@ -142,6 +142,7 @@ def test_every_injected_regression_is_found_with_its_cause(fleets):
 
 def test_nothing_else_is_found(fleets):
     clean, faulty, truth, _ = fleets
+    assert faulty.causes() == clean.causes()  # the same events, onsets and top causes as the clean fleet
     unexplained = [regression_key(r) for r in faulty.regressions if not any(explains(r, t) for t in truth["regressions"])]
     assert unexplained == [r for r in unexplained if r in clean.keys()]  # noise the clean fleet shows too, if any
     new = faulty.keys() - clean.keys()
