@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from analytics import series as sr
-from analytics.detect import ewma, ewma_deviation_check, _quiet, _utc_hour
+from analytics.detect import ewma, ewma_deviation_check, quiet_warnings
+from cudawatch.shards import hour_floor
 
 DEFAULT_ALPHA = 2.0 / (24 + 1)
 
@@ -54,7 +55,7 @@ def update_baselines(con, as_of: dt.datetime, *, alpha: float = DEFAULT_ALPHA, w
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
     if window_hours < 1:
         raise ValueError(f"window_hours must be >= 1, got {window_hours}")
-    as_of = _utc_hour(as_of)
+    as_of = hour_floor(as_of)
     con.execute(_DDL)
     prev_hour = as_of - sr.HOUR
     for name in series or tuple(s.name for s in sr.SPECS):
@@ -72,7 +73,7 @@ def update_baselines(con, as_of: dt.datetime, *, alpha: float = DEFAULT_ALPHA, w
         ew_prev = np.where(np.isnan(ew_prev), full[:, -2] if v.shape[1] > 1 else np.nan, ew_prev)
         ew = np.where(np.isnan(last), ew_prev, np.where(np.isnan(ew_prev), last, alpha * last + (1 - alpha) * ew_prev))
         ew = np.where(np.isnan(ew), full[:, -1], ew)
-        with _quiet():
+        with quiet_warnings():
             med = np.nanmedian(v, axis=1)
             mad = np.nanmedian(np.abs(v - med[:, None]), axis=1)
             p10, p50, p90 = np.nanpercentile(v, [10, 50, 90], axis=1)

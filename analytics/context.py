@@ -192,7 +192,8 @@ MIN_WINDOW_HOURS = 3
 SAME_EVENT = dt.timedelta(hours=2)
 
 
-def load_context(con, regression: Regression, hours: int = 24, *, clip: bool = True) -> RegressionContext:
+def load_context(con, regression: Regression, hours: int = 24, *, clip: bool = True,
+                 as_of: dt.datetime | None = None) -> RegressionContext:
     """Load ``regression``'s context from the warehouse (read-only queries).
 
     hours: length of each window. clip: end the windows at the onsets of the job's (or its GPUs')
@@ -200,16 +201,20 @@ def load_context(con, regression: Regression, hours: int = 24, *, clip: bool = T
     after a kernel slowed down) is not blamed for this one; a window keeps at least 3 hours.
     The job's GPUs are those it ran kernels on in either window; for a per-GPU regression without
     a job the job is the one with the most kernel time on that GPU after onset.
+    as_of: the hour of the run; the after window ends with it (an hourly run sees no later data,
+    so the catch-up of ``cudawatch analyze`` explains an event exactly as that run did).
     """
     if hours < 1:
         raise ValueError(f"hours must be >= 1, got {hours}")
     onset = _utc(regression.onset)
     span = dt.timedelta(hours=hours)
-    job = regression.job or _busiest_job(con, regression.gpu_uuid, onset, onset + span)
-    gpus = _job_gpus(con, job, onset - span, onset + span)
+    start, end = onset - span, onset + span
+    if as_of is not None:
+        end = max(min(end, _utc(as_of) + dt.timedelta(hours=1)), onset + dt.timedelta(hours=1))
+    job = regression.job or _busiest_job(con, regression.gpu_uuid, onset, end)
+    gpus = _job_gpus(con, job, start, end)
     if regression.gpu_uuid and regression.gpu_uuid not in gpus:
         gpus.append(regression.gpu_uuid)
-    start, end = onset - span, onset + span
     if clip:
         start, end = _clip(con, job, gpus, onset, start, end)
     before, after = _load_windows(con, regression, job, gpus, start, onset, end)

@@ -17,7 +17,6 @@ the EWMA, no significance test; docs/detection.md explains how the two differ.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from dataclasses import dataclass, field, replace
 
@@ -25,10 +24,10 @@ import numpy as np
 
 from analytics import series as sr
 from analytics.changepoint import detect_change_points
-from analytics.results import Finding, Regression
+from analytics.results import Regression
+from analytics.store import regressions as events
+from analytics.store.regressions import OPEN, load_regressions
 from cudawatch.shards import hour_floor
-
-OPEN = ("new", "ongoing")
 
 #: A series that starts from 0 (a new kernel's share) has an infinite relative change; regressions
 #: report it as +1000 % so that JSON, charts and sorting stay finite.
@@ -38,29 +37,6 @@ MAX_MAGNITUDE_PCT = 1000.0
 _PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
              "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "gpu_sm_clock_mhz": 6, "gpu_mem_clock_mhz": 7}
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS regressions (
-    event_id VARCHAR PRIMARY KEY,
-    series VARCHAR NOT NULL,
-    series_key VARCHAR NOT NULL,
-    job VARCHAR,
-    kernel VARCHAR,
-    kernel_id VARCHAR,
-    gpu_uuid VARCHAR,
-    signature VARCHAR,
-    onset TIMESTAMPTZ NOT NULL,        -- first hour of the new level
-    before DOUBLE,
-    after DOUBLE,
-    magnitude_pct DOUBLE,
-    p_value DOUBLE,
-    severity VARCHAR,
-    share_gpu_time DOUBLE,
-    status VARCHAR NOT NULL,           -- new | ongoing | resolved | went_away
-    detected_at TIMESTAMPTZ NOT NULL,  -- the as_of hour of the run that first reported it
-    updated_at TIMESTAMPTZ NOT NULL,   -- the as_of hour of the last run that looked at it
-    ended_at TIMESTAMPTZ               -- first hour back at the old level (resolved / went_away)
-);
-"""
 
 
 @dataclass(frozen=True)
@@ -205,7 +181,7 @@ def estimate_drift(values: np.ndarray, *, short: int = 6, long: int = 24, min_se
     values = np.asarray(values, dtype=float)
     if values.ndim != 2 or values.shape[1] < long + 12:
         return None
-    with np.errstate(all="ignore"), _quiet():
+    with np.errstate(all="ignore"), quiet_warnings():
         med = np.nanmedian(values, axis=1, keepdims=True)
         r = values / np.where(med != 0, med, np.nan)
 
@@ -231,7 +207,7 @@ def screen_tail(values: np.ndarray, bad: int, z: float, tails=(3, 6, 12), window
     end = max(hours - max(tails), 1)
     ref = values[:, max(0, end - window) : end]  # the recent past, as the change-point test sees it
     med = np.median if not np.isnan(values).any() else np.nanmedian  # nanmedian is ~10x slower
-    with np.errstate(all="ignore"), _quiet():
+    with np.errstate(all="ignore"), quiet_warnings():
         level = med(ref, axis=1)
         d = np.diff(values, axis=1)
         sigma = 1.4826 * med(np.abs(d - med(d, axis=1, keepdims=True)), axis=1) / math.sqrt(2)
@@ -246,7 +222,7 @@ def screen_tail(values: np.ndarray, bad: int, z: float, tails=(3, 6, 12), window
     return hit | np.isnan(sigma)
 
 
-class _quiet:
+class quiet_warnings:
     def __enter__(self):
         import warnings
 
@@ -270,11 +246,7 @@ def severity_of(magnitude_pct: float, share: float) -> str:
     return "low"
 
 
-# --------------------------------------------------------------------------- warehouse layer
-
-
-def ensure_tables(con) -> None:
-    con.execute(_DDL)
+# --------------------------------------------------------------------------- events
 
 
 @dataclass
@@ -292,15 +264,15 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     Returned regressions have empty ``causes`` (analytics.rules.attach_causes fills them).
     """
     config = config or DetectConfig()
-    ensure_tables(con)
-    as_of = _utc_hour(as_of)
-    existing = _known_events(con, as_of, config.lookback_hours)
+    events.ensure_tables(con)
+    as_of = hour_floor(as_of)
+    existing = events.known_events(con, as_of, config.lookback_hours)
     mats = {name: sr.load_matrix(con, sr.SPEC_BY_NAME[name], as_of, config.lookback_hours) for name in config.series}
     if config.drift is None:
         ref = mats.get("kernel_mean_ns")
         config = replace(config, drift=estimate_drift(ref.values) if ref is not None else None)
-    shares = _shares(con, as_of)
-    gpu_jobs = _gpu_jobs(con, as_of, config.lookback_hours)
+    shares = events.gpu_time_shares(con, as_of)
+    gpu_jobs = events.gpu_top_jobs(con, as_of, config.lookback_hours)
     candidates: list[_Candidate] = []
     updates: list[tuple] = []
     for name, mat in mats.items():
@@ -327,50 +299,8 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
         for rows in open_here.values():  # open events whose series vanished from the window
             updates += _update_open(rows, [], mat, None, as_of, config)
     candidates = _dedup(candidates, existing, config)
-    _store(con, candidates, updates, as_of)
+    events.save_events(con, [(c.reg, c.series_key, c.ended_at) for c in candidates], updates, as_of)
     return load_regressions(con, statuses=OPEN, as_of=as_of)
-
-
-_utc_hour = hour_floor
-
-
-def _known_events(con, as_of, lookback_hours) -> list[dict]:
-    """Open events, and closed ones with an onset in the window (so a recorded step is not re-raised)."""
-    cur = con.execute(
-        "SELECT * FROM regressions WHERE detected_at <= ? AND (status IN ('new', 'ongoing') OR onset > ?::TIMESTAMPTZ - to_hours(?))",
-        [as_of, as_of, lookback_hours])
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
-def _shares(con, as_of) -> dict:
-    """GPU-time share of each (job, kernel_id) in its job over the last 24 hours up to ``as_of``, and
-    of each job's memory copies (key ("memcpy", job)) in its copy + kernel time."""
-    rows = con.execute(
-        """SELECT job, kernel_id, t / nullif(sum(t) OVER (PARTITION BY job), 0) FROM (
-             SELECT job, kernel_id, sum(total_ns) AS t FROM kernel_hourly
-             WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ? GROUP BY job, kernel_id)""",
-        [as_of, as_of]).fetchall()
-    out = {(j, k): float(s or 0.0) for j, k, s in rows}
-    copies = con.execute(
-        """SELECT m.job, m.t / nullif(m.t + coalesce(k.t, 0), 0) FROM
-             (SELECT job, sum(total_ns) AS t FROM memcpy_hourly WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ? GROUP BY job) m
-             LEFT JOIN (SELECT job, sum(total_ns) AS t FROM kernel_hourly WHERE hour > ?::TIMESTAMPTZ - INTERVAL 24 HOUR AND hour <= ?
-                        GROUP BY job) k USING (job)""", [as_of, as_of, as_of, as_of]).fetchall()
-    out.update({("memcpy", j): float(s or 0.0) for j, s in copies})
-    return out
-
-
-def _gpu_jobs(con, as_of, hours) -> dict:
-    """Job with the most GPU time on each GPU in the window (a GPU event is reported under it)."""
-    rows = con.execute(
-        """SELECT gpu_uuid, arg_max(job, t), list(DISTINCT job) FROM (
-             SELECT gpu_uuid, job, sum(total_ns) AS t FROM kernels
-             WHERE window_start > ?::TIMESTAMPTZ - to_hours(?) AND window_start < ?::TIMESTAMPTZ + INTERVAL 1 HOUR
-             GROUP BY ALL) GROUP BY gpu_uuid""",
-        [as_of, hours, as_of],
-    ).fetchall()
-    return {g: (top, set(jobs)) for g, top, jobs in rows}
 
 
 def _candidate(name, mat, i, key, st: Step, shares, gpu_jobs, as_of, config) -> _Candidate:
@@ -476,87 +406,3 @@ def _jobs_of_gpu_row(row) -> set:
     return {row["job"]} if row.get("job") else set()
 
 
-def _store(con, cands: list[_Candidate], updates: list[tuple], as_of) -> None:
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for event_id, status, after, mag, p, ended in updates:
-            con.execute(
-                "UPDATE regressions SET status = ?, after = ?, magnitude_pct = ?, p_value = ?, ended_at = ?, updated_at = ? WHERE event_id = ?",
-                [status, after, mag, p, ended, as_of, event_id],
-            )
-        for c in cands:
-            r = c.reg
-            con.execute(
-                """INSERT INTO regressions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (event_id) DO NOTHING""",
-                [r.event_id, r.series, c.series_key, r.job, r.kernel, r.kernel_id, r.gpu_uuid, r.signature, r.onset,
-                 r.before, r.after, r.magnitude_pct, r.p_value, r.severity, r.share_gpu_time, r.status, as_of, as_of, c.ended_at],
-            )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-
-
-def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime | None = None, statuses=None,
-                     *, as_of: dt.datetime | None = None) -> list[Regression]:
-    """Regression objects from the ``regressions`` table, newest onset first.
-
-    since/until: bounds on ``detected_at`` (the hour of the run that first reported the event),
-    inclusive. statuses: e.g. ("new", "ongoing"); None for all. as_of: only events detected by then.
-    Causes come from the ``findings`` table when it exists. Read-only: without a ``regressions``
-    table (no detection run yet) the answer is [].
-    """
-    if not _has_table(con, "regressions"):
-        return []
-    where, params = [], []
-    if since is not None:
-        where.append("detected_at >= ?")
-        params.append(since)
-    if until is not None:
-        where.append("detected_at <= ?")
-        params.append(until)
-    if as_of is not None:
-        where.append("detected_at <= ?")
-        params.append(as_of)
-    if statuses:
-        statuses = [statuses] if isinstance(statuses, str) else list(statuses)
-        where.append(f"status IN ({', '.join('?' for _ in statuses)})")
-        params += statuses
-    sql = "SELECT * FROM regressions" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY onset DESC, event_id"
-    cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    rows = [dict(zip(cols, r)) for r in cur.fetchall()]
-    causes = _findings(con, [r["event_id"] for r in rows])
-    out = []
-    for r in rows:
-        out.append(Regression(
-            job=r["job"], kernel=r["kernel"], kernel_id=r["kernel_id"], gpu_uuid=r["gpu_uuid"], series=r["series"],
-            onset=r["onset"], before=r["before"], after=r["after"], magnitude_pct=r["magnitude_pct"], p_value=r["p_value"],
-            severity=r["severity"], share_gpu_time=r["share_gpu_time"], signature=r["signature"], status=r["status"],
-            detected_at=r["detected_at"], causes=causes.get(r["event_id"], ()),
-        ))
-    return out
-
-
-def _has_table(con, name: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0])
-
-
-def _findings(con, event_ids) -> dict[str, tuple[Finding, ...]]:
-    if not event_ids:
-        return {}
-    if not _has_table(con, "findings"):
-        return {}
-    rows = con.execute(
-        "SELECT event_id, rule, confidence, evidence, recommendation FROM findings WHERE event_id IN (SELECT unnest(?))",
-        [list(event_ids)],
-    ).fetchall()
-    out: dict[str, list[Finding]] = {}
-    for event_id, rule, conf, evidence, rec in rows:
-        try:
-            ev = json.loads(evidence) if isinstance(evidence, str) else (evidence or {})
-        except ValueError:
-            ev = {"raw": evidence}
-        out.setdefault(event_id, []).append(Finding(rule=rule, confidence=float(conf or 0.0), evidence=ev, recommendation=rec or ""))
-    return {k: tuple(sorted(v, key=lambda f: -f.confidence)) for k, v in out.items()}

@@ -10,6 +10,7 @@ every value through ``reports.escape.plain``. Charts are PNG: ``data:`` URIs in 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import math
 import statistics
@@ -22,6 +23,7 @@ import jinja2
 from analytics.results import SEVERITIES, Finding, Regression
 from reports import charts, data
 from cudawatch.text import shorten_name
+from reports.email import cid_of
 from reports.escape import header, plain, truncate_middle
 from cudawatch.config import max_overhead_pct
 from cudawatch.shards import atomic_file
@@ -49,6 +51,7 @@ class RenderedReport:
     subject: str
     images: dict[str, bytes] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)  # event_id -> detail page HTML
+    mail_html: str = ""  # the same report with ``cid:`` images, for the multipart e-mail
 
 
 @dataclass
@@ -173,9 +176,9 @@ def _env(text: bool = False) -> jinja2.Environment:
 # --- regressions --------------------------------------------------------------------------------
 
 def load_report_regressions(con, end: dt.datetime) -> list[Regression]:
-    """Regressions known up to ``end`` from the detector's table (``analytics.detect.load_regressions``,
+    """Regressions known up to ``end`` from the detector's table (``analytics.store.regressions.load_regressions``,
     which returns an empty list while the warehouse has no regressions table yet)."""
-    from analytics.detect import load_regressions
+    from analytics.store.regressions import load_regressions
 
     return list(load_regressions(con, until=end))
 
@@ -218,6 +221,15 @@ def _band(points: list[tuple[dt.datetime, float]], onset: dt.datetime) -> tuple[
 
 # --- building -----------------------------------------------------------------------------------
 
+def _archive_href(report_url: str | None) -> Callable[[Regression], str] | None:
+    """Links to the detail pages beside an archived report at ``report_url`` (write_report)."""
+    if not (report_url and report_url.endswith(".html")):
+        return None
+    base, _, page = report_url.rpartition("/")
+    stem = page[: -len(".html")]
+    return lambda r: f"{base}/{stem}-{r.event_id}.html"
+
+
 def build_report(
     con,
     day: dt.date,
@@ -242,16 +254,14 @@ def build_report(
     first, last = data.data_extent(con)
     if regressions is None:
         regressions = load_report_regressions(con, end)
-    if detail_href is None and report_url and report_url.endswith(".html"):
-        # the archived report has its detail pages beside it (write_report): link them from e-mail
-        base, _, page = report_url.rpartition("/")
-        stem = page[: -len(".html")]
-        detail_href = lambda r: f"{base}/{stem}-{r.event_id}.html"  # noqa: E731
+    mail_href = _archive_href(report_url)
+    if detail_href is None:
+        detail_href = mail_href
     images: dict[str, bytes] = {}
 
     def img(name: str) -> str:
         if image_mode == "cid":
-            return f"cid:{name}@cudawatch"
+            return f"cid:{cid_of(name)}"
         return "data:image/png;base64," + base64.b64encode(images[name]).decode()
 
     summary = data.fleet_summary(con, start, end)
@@ -293,12 +303,16 @@ def build_report(
         + (f" (worst: {worst})" if worst else "")
     )
     html = _env().get_template("report.html").render(subject=subject, **ctx)
-    text = _env(text=True).get_template("report.txt").render(subject=subject, **ctx)
+    # The e-mail: the same content with cid: images and links into the archive (report_url).
+    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}",
+                "items": [dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items]}
+    mail_html = _env().get_template("report.html").render(subject=subject, **mail_ctx)
+    text = _env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
     details = {}
     if detail_href is not None and image_mode == "data":
         for item in items:
             details[item.r.event_id] = render_detail(con, item, day, report_href=report_href)
-    return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details)
+    return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details, mail_html=mail_html)
 
 
 def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | None = None) -> str:
@@ -318,7 +332,7 @@ def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | Non
     )
 
 
-def _parse_day(value: str | dt.date | None, con) -> dt.date:
+def parse_day(value: str | dt.date | None, con) -> dt.date:
     if isinstance(value, dt.date):
         return value
     if value is None:
@@ -346,18 +360,29 @@ def write_report(db, out, date: str | dt.date | None = None, *, regressions: lis
     """Write the HTML report for ``date`` (default: the last UTC day with data) to ``out``, and one
     detail page per regression beside it (``<out stem>-<event_id>.html``). Returns ``out``.
 
-    For the last day of the data, regressions that began on earlier days and are still open are
-    included as ``ongoing``, so a 48 h demo's report shows everything still wrong."""
-    from analytics import store
+    db: the warehouse path or an ``analytics.store.Store`` (opened for reading; it waits while a
+    writer holds the file). For the last day of the data, regressions that began on earlier days
+    and are still open are included as ``ongoing``, so a 48 h demo's report shows everything still wrong."""
+    from analytics.store import Store
 
     out = Path(out)
-    con = store.connect(db, read_only=True)
-    try:
-        day = _parse_day(date, con)
-        rendered = build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",
-                                report_href=out.name)
-    finally:
-        con.close()
+    store = db if isinstance(db, Store) else Store(db)
+    with store.reader(queue=True) as con:
+        rendered = build_archived_report(con, parse_day(date, con), out, regressions=regressions)
+    return write_rendered(rendered, out)
+
+
+def build_archived_report(con, day: dt.date, out, *, regressions: list[Regression] | None = None,
+                          report_url: str | None = None) -> RenderedReport:
+    """``build_report`` for a report file at ``out`` with its detail pages beside it."""
+    out = Path(out)
+    return build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",
+                        report_href=out.name, report_url=report_url)
+
+
+def write_rendered(rendered: RenderedReport, out) -> Path:
+    """Write a rendered report (``html``) to ``out`` and its detail pages beside it; returns ``out``."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for event_id, page in rendered.details.items():
         _write_atomic(out.parent / f"{out.stem}-{event_id}.html", page)
@@ -372,5 +397,5 @@ def _write_atomic(path: Path, text: str) -> None:
 
 __all__ = [
     "RenderedReport", "ReportError", "build_report", "classify", "render_detail", "render_report",
-    "render_report_text", "write_report",
+    "render_report_text", "write_report", "build_archived_report", "write_rendered",
 ]

@@ -1,4 +1,4 @@
-"""Opening the warehouse and running read-only ad-hoc SQL."""
+"""Opening the warehouse file (callers go through ``analytics.store.Store``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import os
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
-from analytics.store.sandbox import sandboxed_query
 from analytics.store.schema import ensure_schema
 
 
@@ -21,10 +19,3 @@ def connect(db: str | os.PathLike, *, read_only: bool = False) -> duckdb.DuckDBP
     if not read_only:
         ensure_schema(con)
     return con
-
-
-def query(db: str | os.PathLike, sql: str) -> pa.Table:
-    """Run one ad-hoc read-only statement in the sandbox (``analytics.store.sandbox``: read-only,
-    no external access, locked configuration) and return the result as Arrow. Raises QueryError
-    (one line) for a refused statement or a DuckDB error."""
-    return sandboxed_query(db, sql)

@@ -12,7 +12,8 @@ Three locks, each enough on its own for the cases it covers:
   SUMMARIZE, VALUES) or EXPLAIN: ``CHECKPOINT``, ``VACUUM``, ``BEGIN``, ``PRAGMA``, ``CALL`` and the
   rest are refused before DuckDB runs anything.
 
-Every refusal and every DuckDB error is a ``QueryError`` with a one-line message.
+Every refusal and every DuckDB error is a ``QueryError`` with a one-line message. The store's
+``query`` (``analytics.store.access``) runs a statement here, retrying while a writer holds the file.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import os
 
 import duckdb
-import pyarrow as pa
 
 #: Connection settings of the sandbox (set at connect; the configuration is locked afterwards).
 SANDBOX_CONFIG = {
@@ -66,23 +66,3 @@ def connect_sandboxed(db: str | os.PathLike) -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
-
-
-def sandboxed_query(db: str | os.PathLike, sql: str) -> pa.Table:
-    """Run one read-only statement on ``db`` in the sandbox and return the result as Arrow."""
-    check_statement(sql)
-    if not os.path.exists(db):
-        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
-    try:
-        con = connect_sandboxed(db)
-    except duckdb.Error as exc:
-        raise QueryError(one_line(exc)) from None
-    try:
-        relation = con.sql(sql)
-        if relation is None:
-            return pa.table({})
-        return relation.to_arrow_table()
-    except duckdb.Error as exc:
-        raise QueryError(one_line(exc)) from None
-    finally:
-        con.close()

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from analytics import rules, store
+from analytics.store import regressions
 from analytics.context import load_context
 from analytics.results import Regression
 from cudawatch import shards as sh
@@ -130,7 +131,7 @@ def test_gpu_regression_without_job_takes_the_busiest_job(con):
 def test_windows_end_at_the_job_s_other_regressions(con):
     from analytics import detect
 
-    detect.ensure_tables(con)
+    regressions.ensure_tables(con)
     other = [("e-later", "train", None, ONSET + dt.timedelta(hours=4)), ("e-gpu", "", "GPU-bbbb", ONSET - dt.timedelta(hours=5)),
              ("e-same", "train", None, ONSET + dt.timedelta(hours=1)), ("e-close", "train", None, ONSET - dt.timedelta(hours=1)),
              ("e-elsewhere", "serve", "GPU-zzzz", ONSET + dt.timedelta(hours=2))]

@@ -16,7 +16,7 @@ import pytest
 from cudawatch import shards as sh
 from cudawatch import text
 
-from .conftest import cli, query, run
+from .conftest import LAST_HOUR, cli, mark_analysed_before, query
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,6 +157,7 @@ def test_control_and_bidi_characters_never_reach_the_terminal(copy, truth, tmp_p
         pq.write_table(d.set_column(d.schema.get_field_index("kernel"), "kernel", pa.array(names)), path)
     db = tmp_path / "w.duckdb"
     assert cli("ingest", "--shards", copy, "--db", db).exit_code == 0
+    mark_analysed_before(db, LAST_HOUR)
     outputs = {
         "analyze": cli("analyze", "--db", db, env={"COLUMNS": "300"}),
         "query": cli("query", "--db", db, "SELECT DISTINCT kernel FROM kernels WHERE kernel LIKE '%evil%'"),

@@ -123,8 +123,8 @@ def fleets(tmp_path_factory):
     simulator.simulate_fleet(clean_root, gpus=GPUS, hours=HOURS, seed=SEED, start=START)
     shutil.copytree(clean_root, bad_root)
     applied = corrupt(bad_root, random.Random(SEED))
-    now = START + dt.timedelta(hours=HOURS + 1)
-    return (run(clean_root, base / "clean.duckdb", now), run(bad_root, base / "faulty.duckdb", now),
+    now, last = START + dt.timedelta(hours=HOURS + 1), START + dt.timedelta(hours=HOURS - 1)
+    return (run(clean_root, base / "clean.duckdb", now, last), run(bad_root, base / "faulty.duckdb", now, last),
             json.loads((clean_root / "ground_truth.json").read_text()), applied)
 
 

@@ -1,12 +1,13 @@
 """The query sandbox: DuckDB refuses every write, file access, extension and setting change;
-one SELECT/EXPLAIN per call (analytics.store.sandbox)."""
+one SELECT/EXPLAIN per call (analytics.store.sandbox, through analytics.store.query)."""
 
 from __future__ import annotations
 
 import duckdb
 import pytest
 
-from analytics.store.sandbox import QueryError, check_statement, sandboxed_query
+from analytics.store import query as sandboxed_query
+from analytics.store.sandbox import QueryError, check_statement
 
 
 @pytest.fixture()
