@@ -1,7 +1,7 @@
 """Regression detection: change points on the watched hourly series, turned into regression events.
 
 ``detect_regressions(con, as_of)`` runs once per hour (idempotently). For every series in
-analytics.series.SPECS it loads the trailing ``lookback_hours`` up to ``as_of`` and, in the
+analytics.store.series.SPECS it loads the trailing ``lookback_hours`` up to ``as_of`` and, in the
 incremental mode, first screens the tail of all series at once (a vectorised z test of the last
 3/6/12 hours against the robust level of the window); only series that pass the screen or carry
 an open event go through ``analytics.changepoint.detect_change_points``. A change point becomes a
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from analytics import series as sr
+from analytics.store import series as sr
 from analytics.changepoint import detect_change_points
 from analytics.results import Regression
 from analytics.store import regressions as events
@@ -54,7 +54,7 @@ class DetectConfig:
     screen_z: incremental mode's tail screen threshold; incremental=False analyses every series.
     drift: relative random-walk drift per hour of the series' level (see detect_change_points);
     None estimates it across the fleet's kernel series each run (``estimate_drift``).
-    series: names of the series families (analytics.series.SPECS) to watch.
+    series: names of the series families (analytics.store.series.SPECS) to watch.
     """
 
     lookback_hours: int = 168

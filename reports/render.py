@@ -1,6 +1,6 @@
 """The daily report and the regression detail page: warehouse + regressions -> HTML and text.
 
-``build_report`` gathers every section (reports.data), draws the charts (reports.charts) and
+``build_report`` gathers every section (analytics.store.report), draws the charts (reports.charts) and
 renders the jinja2 templates in ``reports/templates`` with autoescape on, so kernel, job and host
 names (untrusted: they come from user programs) are escaped in HTML; the plain-text version passes
 every value through ``reports.escape.plain``. Charts are PNG: ``data:`` URIs in the HTML file, or
@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable, Mapping
 import jinja2
 
 from analytics.results import SEVERITIES, Finding, Regression
-from reports import charts, data
+from analytics.store import report as data
+from reports import charts
 from reports.email import cid_of
 from reports.escape import header, plain, truncate_middle
 from cudawatch.config import max_overhead_pct

@@ -3,7 +3,7 @@
 Each rule is one small function ``rule(ctx: RegressionContext) -> Finding | None`` in a module per
 family (``kernels``, ``memcpy``, ``device``, ``regime``), in the spirit of Nsight Compute's rule
 sections and Holistic Trace Analysis' analyses. ``attach_causes`` loads every regression's context
-(analytics.context), runs all rules, ranks findings by confidence and stores them in ``findings``.
+(analytics.store.context), runs all rules, ranks findings by confidence and stores them in ``findings``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import dataclasses
 import logging
 from typing import Callable, Iterable
 
-from analytics.context import RegressionContext, load_context
+from analytics.context import RegressionContext
+from analytics.store.context import load_context
 from analytics.results import Finding, Regression
 from analytics.store.regressions import FINDINGS_DDL, store_findings
 from analytics.rules.device import clock_throttle, contention, gpu_idle_gaps, straggler_gpu
@@ -58,7 +59,7 @@ def attach_causes(con, regressions: list[Regression], *, hours: int = 24, rules:
     """Return copies of ``regressions`` with ``causes`` filled, and store them in ``findings``.
 
     hours: length of the before and after windows around each onset. as_of: the hour of the run
-    (the after windows end there; analytics.context.load_context). Re-running replaces the
+    (the after windows end there; analytics.store.context.load_context). Re-running replaces the
     stored findings of the same events (idempotent).
     """
     rules = tuple(rules)

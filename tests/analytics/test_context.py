@@ -10,7 +10,7 @@ import pytest
 
 from analytics import rules, store
 from analytics.store import regressions
-from analytics.context import load_context
+from analytics.store.context import load_context
 from analytics.results import Regression
 from cudawatch import shards as sh
 

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from analytics import store
-from reports import data, render
+from analytics.store import report as data
+from reports import render
 from reports.escape import plain, slack, slack_code, truncate_middle
 from tests.reports import fleet
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from analytics.results import Regression
+from analytics.store.series import SPEC_BY_NAME
 from cudawatch.shards import hour_floor
 
 UTC = dt.timezone.utc
@@ -308,7 +309,7 @@ def regression_series(con, r: Regression, start: dt.datetime, end: dt.datetime) 
     """Hourly values of the series a regression was found in, e.g. ``kernel_mean_ns`` ->
     ``kernel_hourly.mean_ns`` for the regression's job, kernel and launch signature (launch
     configurations are summed when the signature is unknown, weighting by launches for means).
-    The detector's own series definitions (``analytics.series.SPEC_BY_NAME``) are used when they
+    The detector's own series definitions (``analytics.store.series.SPEC_BY_NAME``) are used when they
     know the name, so the chart shows exactly what was analysed. Unknown series names give an
     empty list; column names are checked against the view, never interpolated from input."""
     spec_points = _spec_series(con, r, start, end)
@@ -352,10 +353,6 @@ def _without_signature(r: Regression) -> Regression:
 
 
 def _spec_series(con, r: Regression, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, float]] | None:
-    try:
-        from analytics.series import SPEC_BY_NAME
-    except ImportError:
-        return None
     spec = SPEC_BY_NAME.get(r.series)
     if spec is None:
         return None
