@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from analytics.store import baselines as store_baselines
 from analytics.store import series as sr
-from analytics.detect import ewma, ewma_deviation_check, quiet_warnings
+from analytics.trend import ewma, ewma_deviation_check, quiet_warnings
 from cudawatch.shards import hour_floor
 
 DEFAULT_ALPHA = 2.0 / (24 + 1)
