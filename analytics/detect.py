@@ -39,7 +39,7 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     """Detect regressions in the data up to ``as_of`` (a UTC hour), store them, return the open ones.
 
     Idempotent: the same ``as_of`` twice leaves the ``regressions`` table as the first run left it.
-    Returned regressions have empty ``causes`` (analytics.rules.attach_causes fills them).
+    Returned regressions have empty ``causes`` (analytics.explain.attach_causes fills them).
     """
     config = config or DetectConfig()
     events.ensure_tables(con)

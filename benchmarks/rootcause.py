@@ -2,7 +2,7 @@
 
 For every injected kind of the simulator and several seeds, one scenario: simulate a fleet with that
 single injection, ingest it into a fresh DuckDB warehouse, run detection hour by hour as the hourly
-DAG does (analytics.detect.detect_regressions), attach causes (analytics.rules.attach_causes) when a
+DAG does (analytics.detect.detect_regressions), attach causes (analytics.explain.attach_causes) when a
 regression is first reported (what an alert would say) and again at the end of the run (with the
 whole after-window). A regression matches the injection when it is on the injected job (or GPU)
 and its onset is within +-3 hours of the injected one. The top cause is correct when it is in
@@ -52,13 +52,13 @@ EXPECTED: dict[str, set[str]] = {
 def _analyze_hourly(con, first: dt.datetime, last: dt.datetime) -> dict[str, object]:
     """Hourly detection from ``first`` to ``last``; causes attached when an event is first reported.
     Returns event_id -> Regression (with its causes at first report)."""
-    from analytics import detect, rules
+    from analytics import detect, explain
 
     at_detection: dict[str, object] = {}
     hour = first
     while hour <= last:
         new = [r for r in detect.detect_regressions(con, hour) if r.event_id not in at_detection]
-        for r in rules.attach_causes(con, new, as_of=hour):  # the data an hourly run has
+        for r in explain.attach_causes(con, new, as_of=hour):  # the data an hourly run has
             at_detection[r.event_id] = r
         hour += dt.timedelta(hours=1)
     return at_detection
@@ -115,7 +115,7 @@ def _summary(reg) -> dict:
 
 def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int, pct: float | None = None) -> dict:
     """One fleet with one injection of ``kind`` (None: a clean fleet), analysed hour by hour."""
-    from analytics import detect, rules, store
+    from analytics import detect, explain, store
     import simulator
 
     tmp = Path(tempfile.mkdtemp(prefix="rootcause-"))
@@ -138,7 +138,7 @@ def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int,
             onset = hours - 8
         at_detection = _analyze_hourly(con, first, min(last, START + dt.timedelta(hours=onset + 8)))
         at_detection.update({k: v for k, v in _analyze_hourly(con, last, last).items() if k not in at_detection})
-        final = {r.event_id: r for r in rules.attach_causes(con, detect.load_regressions(con))}
+        final = {r.event_id: r for r in explain.attach_causes(con, detect.load_regressions(con))}
         out = {"kind": kind, "seed": seed, "truth": truth, "seconds": round(time.perf_counter() - t0, 1), "events": []}
         for event_id, r in final.items():
             first_seen = at_detection.get(event_id, r)
@@ -147,7 +147,7 @@ def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int,
                                   "truth_index": truth.index(t) if t is not None else None,
                                   "at_detection": _summary(first_seen), "at_end": _summary(r)})
         out["oracle"] = [dict(_summary(r), truth_kind=t["kind"])
-                         for r, t in zip(rules.attach_causes(con, [oracle_regression(t) for t in truth]), truth)]
+                         for r, t in zip(explain.attach_causes(con, [oracle_regression(t) for t in truth]), truth)]
         if kind is None:
             out["stress"] = stress_clean(con, START + dt.timedelta(hours=24), last - dt.timedelta(hours=4), seed)
         con.close()
@@ -158,7 +158,7 @@ def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int,
 
 def stress_clean(con, lo: dt.datetime, hi: dt.datetime, seed: int) -> dict:
     """Pseudo-regressions at random onsets on every kernel signature, job and GPU of a clean fleet."""
-    from analytics import rules
+    from analytics import explain
     from analytics.results import Regression
 
     rng = random.Random(seed)
@@ -177,7 +177,7 @@ def stress_clean(con, lo: dt.datetime, hi: dt.datetime, seed: int) -> dict:
     claimed = collections.Counter()
     examples = []
     t0 = time.perf_counter()
-    attached = rules.attach_causes(con, regs)
+    attached = explain.attach_causes(con, regs)
     seconds = time.perf_counter() - t0
     for r in attached:
         for f in r.causes:
