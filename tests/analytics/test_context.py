@@ -183,7 +183,7 @@ def test_a_context_that_fails_to_load_keeps_earlier_findings(con, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("warehouse briefly unreadable")
 
-    monkeypatch.setattr(rules, "load_context", broken)
+    monkeypatch.setattr(explain, "load_context", broken)
     (again,) = explain.attach_causes(con, regs, hours=WIN)
     assert again.causes == ()
     assert con.execute("SELECT count(*) FROM findings WHERE event_id = ?", [regs[0].event_id]).fetchone()[0] == stored
