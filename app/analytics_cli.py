@@ -194,7 +194,7 @@ def diff(
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
 ) -> None:
     """Trace diff of a job between two windows: kernels added, removed, slower, faster."""
-    from analytics import diff as trace_diff
+    from analytics.store import diff as trace_diff
     from analytics import store
 
     from cudawatch import inputs

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from analytics.maintenance import COMPACTED_HOST, hosts_of_compacted
+from analytics.store.maintenance import COMPACTED_HOST, hosts_of_compacted
 from app.settings import Settings
 from cudawatch import shards as sh
 from cudawatch.shards import hour_floor

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from analytics import baselines, detect, rules
+from analytics import baselines, detect, explain
 from analytics.results import Regression
 from analytics.store import IngestResult, Store, hours, ingest_shards
 from analytics.store.regressions import OPEN, events_to_explain, load_regressions, reported_since
@@ -87,7 +87,7 @@ def run_hour(store: Store, hour: dt.datetime | str, partition: dict[str, str] | 
         if "detect" in stages:
             result.regressions = detect.detect_regressions(con, hour)
         if "root_cause" in stages:
-            explained = {r.event_id: r for r in rules.attach_causes(con, events_to_explain(con, hour), as_of=hour)}
+            explained = {r.event_id: r for r in explain.attach_causes(con, events_to_explain(con, hour), as_of=hour)}
             result.regressions = [explained.get(r.event_id, r) for r in load_regressions(con, statuses=OPEN, as_of=hour)]
             hours.mark_analysed(con, hour)
         if "alert" in stages:

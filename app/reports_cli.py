@@ -78,7 +78,7 @@ def alert(
             if retry_failed:
                 import datetime as dt
 
-                from reports import outbox
+                from analytics.store import outbox
 
                 outbox.ensure_outbox(con)
                 typer.echo(f"requeued {outbox.requeue_failed(con, dt.datetime.now(dt.timezone.utc))} failed alerts")

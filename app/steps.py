@@ -83,8 +83,8 @@ def send_alerts(hour: dt.datetime | str) -> dict[str, str]:
 
 
 def compact_shards(interval_end: dt.datetime | str) -> dict[str, Any]:
-    """Merge small shards of fully loaded, settled partitions (analytics.maintenance)."""
-    from analytics import maintenance
+    """Merge small shards of fully loaded, settled partitions (analytics.store.maintenance)."""
+    from analytics.store import maintenance
 
     cfg = Settings.resolve()
     older_than = hour_floor(interval_end) - dt.timedelta(hours=int_setting("compact_after_h", 48))
@@ -95,8 +95,8 @@ def compact_shards(interval_end: dt.datetime | str) -> dict[str, Any]:
 
 
 def apply_retention(interval_end: dt.datetime | str) -> dict[str, Any]:
-    """Drop shards, warehouse rows and report archives past their retention (analytics.maintenance)."""
-    from analytics import maintenance
+    """Drop shards, warehouse rows and report archives past their retention (analytics.store.maintenance)."""
+    from analytics.store import maintenance
 
     cfg = Settings.resolve()
     now = hour_floor(interval_end)
@@ -111,8 +111,8 @@ def apply_retention(interval_end: dt.datetime | str) -> dict[str, Any]:
 
 
 def checkpoint_warehouse() -> dict[str, Any]:
-    """CHECKPOINT and ANALYZE the warehouse (analytics.maintenance.checkpoint)."""
-    from analytics import maintenance
+    """CHECKPOINT and ANALYZE the warehouse (analytics.store.maintenance.checkpoint)."""
+    from analytics.store import maintenance
 
     cfg = Settings.resolve()
     with cfg.store().writer() as con:

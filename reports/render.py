@@ -1,6 +1,6 @@
 """The daily report and the regression detail page: warehouse + regressions -> HTML and text.
 
-``build_report`` gathers every section (reports.data), draws the charts (reports.charts) and
+``build_report`` gathers every section (analytics.store.report), draws the charts (reports.charts) and
 renders the jinja2 templates in ``reports/templates`` with autoescape on, so kernel, job and host
 names (untrusted: they come from user programs) are escaped in HTML; the plain-text version passes
 every value through ``reports.escape.plain``. Charts are PNG: ``data:`` URIs in the HTML file, or
@@ -12,29 +12,27 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
-
-import jinja2
+from typing import Callable, Iterable
 
 from analytics.results import SEVERITIES, Finding, Regression
-from reports import charts, data
-from cudawatch.text import shorten_name
+from analytics.store import chart_series
+from analytics.store import report as data
+from reports import charts, jinja
 from reports.email import cid_of
-from reports.escape import header, plain, truncate_middle
+from reports.escape import header, truncate_middle
 from cudawatch.config import max_overhead_pct
 from cudawatch.shards import atomic_file
+from cudawatch.text import shorten_name
 
-TEMPLATES = Path(__file__).parent / "templates"
 #: at most this many per-regression charts in one report (the rest are listed without a chart)
 MAX_CHARTS = 20
 #: hours of history before the onset that a regression chart shows
 CHART_HISTORY_H = 36
 
-STATUS_ORDER = ("new", "ongoing", "resolved")
+from reports.jinja import STATUS_ORDER  # noqa: E402 (re-exported)
 
 
 class ReportError(ValueError):
@@ -83,94 +81,6 @@ class ReportItem:
     @property
     def causes(self) -> list[Finding]:
         return sorted(self.r.causes, key=lambda f: -f.confidence)
-
-
-# --- jinja2 -------------------------------------------------------------------------------------
-
-def _fmt_num(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "–"
-        if value == 0:
-            return "0"
-        mag = abs(value)
-        if mag >= 1e6:
-            return f"{value:,.0f}"
-        if mag >= 100:
-            return f"{value:,.1f}"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def _fmt_pct(value: Any, digits: int = 1, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, float) and math.isinf(value):
-        return "new (was 0)" if value > 0 else "gone (now 0)"
-    return f"{value:+.{digits}f}%" if signed else f"{value:.{digits}f}%"
-
-
-def _fmt_share(value: Any) -> str:
-    return "–" if value is None else f"{100 * float(value):.1f}%"
-
-
-def _fmt_p(value: Any) -> str:
-    if value is None:
-        return "–"
-    v = float(value)
-    return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
-
-
-def _fmt_ts(value: Any) -> str:
-    if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return "–" if value is None else str(value)
-
-
-def _fmt_evidence(value: Any, limit: int = 240) -> str:
-    """One evidence value as text; ``limit`` > 0 shortens long values (lists of kernel names) in the
-    middle, 0 keeps everything (detail page)."""
-    text = _evidence_text(value)
-    return truncate_middle(text, limit) if limit and len(text) > limit else text
-
-
-def _evidence_text(value: Any) -> str:
-    if isinstance(value, float):
-        return _fmt_num(value, 4)
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_evidence_text(v) for v in value[:12]) + (f" … (+{len(value) - 12})" if len(value) > 12 else "")
-    if isinstance(value, Mapping):
-        return "; ".join(f"{k}={_evidence_text(v)}" for k, v in list(value.items())[:12])
-    if isinstance(value, dt.datetime):
-        return _fmt_ts(value)
-    return str(value)
-
-
-def _rule_title(rule: str) -> str:
-    return rule.replace("_", " ")
-
-
-def _env(text: bool = False) -> jinja2.Environment:
-    if text:
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False, finalize=plain,
-            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-        )
-    else:
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"], default_for_string=True),
-            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-        )
-    env.filters.update(num=_fmt_num, pct=_fmt_pct, share=_fmt_share, pval=_fmt_p, ts=_fmt_ts, evidence=_fmt_evidence,
-                       rule=_rule_title, shorten=truncate_middle)
-    env.globals.update(SEVERITIES=SEVERITIES[::-1], STATUS_ORDER=STATUS_ORDER)
-    return env
 
 
 # --- regressions --------------------------------------------------------------------------------
@@ -277,7 +187,7 @@ def build_report(
         item = ReportItem(r=r, status=status, unit=unit, scale=scale, href=detail_href(r) if detail_href else None)
         if n < max_charts:
             onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
-            points = data.regression_series(con, r, onset - dt.timedelta(hours=CHART_HISTORY_H), chart_end)
+            points = chart_series.regression_series(con, r, onset - dt.timedelta(hours=CHART_HISTORY_H), chart_end)
             item.points = len(points)
             item.band = _band(points, onset)
             name = f"regression-{r.event_id}"
@@ -302,12 +212,12 @@ def build_report(
         f"cudawatch {day:%Y-%m-%d}: {totals['new']} new, {totals['ongoing']} ongoing regressions"
         + (f" (worst: {worst})" if worst else "")
     )
-    html = _env().get_template("report.html").render(subject=subject, **ctx)
+    html = jinja.env().get_template("report.html").render(subject=subject, **ctx)
     # The e-mail: the same content with cid: images and links into the archive (report_url).
     mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}",
                 "items": [dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items]}
-    mail_html = _env().get_template("report.html").render(subject=subject, **mail_ctx)
-    text = _env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
+    mail_html = jinja.env().get_template("report.html").render(subject=subject, **mail_ctx)
+    text = jinja.env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
     details = {}
     if detail_href is not None and image_mode == "data":
         for item in items:
@@ -323,10 +233,10 @@ def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | Non
     onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
     start = max(first, onset - dt.timedelta(days=7)) if first else onset - dt.timedelta(days=7)
     end = (last + dt.timedelta(hours=1)) if last else onset + dt.timedelta(days=1)
-    points = data.regression_series(con, r, start, end)
+    points = chart_series.regression_series(con, r, start, end)
     png = charts.regression_chart(points, onset, r.before, r.after, r.series, band=_band(points, onset), width_in=9.5)
     chart = "data:image/png;base64," + base64.b64encode(png).decode()
-    return _env().get_template("detail.html").render(
+    return jinja.env().get_template("detail.html").render(
         item=item, r=r, day=day, chart=chart, points=points, report_href=report_href,
         generated=dt.datetime.now(dt.timezone.utc), subject=f"cudawatch regression {r.event_id}",
     )

@@ -3,18 +3,16 @@
 Each rule is one small function ``rule(ctx: RegressionContext) -> Finding | None`` in a module per
 family (``kernels``, ``memcpy``, ``device``, ``regime``), in the spirit of Nsight Compute's rule
 sections and Holistic Trace Analysis' analyses. ``attach_causes`` loads every regression's context
-(analytics.context), runs all rules, ranks findings by confidence and stores them in ``findings``.
+(analytics.store.context), runs all rules, ranks findings by confidence and stores them in ``findings``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Callable, Iterable
 
-from analytics.context import RegressionContext, load_context
-from analytics.results import Finding, Regression
-from analytics.store.regressions import FINDINGS_DDL, store_findings
+from analytics.context import RegressionContext
+from analytics.results import Finding
 from analytics.rules.device import clock_throttle, contention, gpu_idle_gaps, straggler_gpu
 from analytics.rules.kernels import kernel_slower, kernel_vanished, launch_config_changed, more_launches, new_kernel
 from analytics.rules.memcpy import memcpy_throughput_drop, pageable_memcpy
@@ -53,29 +51,4 @@ def evaluate(ctx: RegressionContext, rules: Iterable[Rule] = ALL_RULES) -> tuple
     return tuple(f for _, _, f in sorted(found, key=lambda t: t[:2]))
 
 
-def attach_causes(con, regressions: list[Regression], *, hours: int = 24, rules: Iterable[Rule] = ALL_RULES,
-                  as_of=None) -> list[Regression]:
-    """Return copies of ``regressions`` with ``causes`` filled, and store them in ``findings``.
-
-    hours: length of the before and after windows around each onset. as_of: the hour of the run
-    (the after windows end there; analytics.context.load_context). Re-running replaces the
-    stored findings of the same events (idempotent).
-    """
-    rules = tuple(rules)
-    out, explained = [], []
-    for r in regressions:
-        try:
-            ctx = load_context(con, r, hours, as_of=as_of)
-        except Exception:  # noqa: BLE001 - one unreadable context must not drop the other events
-            log.exception("could not load the context of regression %s (%s, %s)", r.event_id, r.job, r.series)
-            out.append(r)  # its stored findings from an earlier run are kept, not wiped
-            continue
-        explained.append(dataclasses.replace(r, causes=evaluate(ctx, rules)))
-        out.append(explained[-1])
-    store_findings(con, explained)
-    return out
-
-
-
-
-__all__ = ["RULES", "ALL_RULES", "FINDINGS_DDL", "attach_causes", "evaluate", "store_findings", "load_context", *RULES]
+__all__ = ["RULES", "ALL_RULES", "evaluate", *RULES]

@@ -8,7 +8,8 @@ import shutil
 import duckdb
 import pytest
 
-from analytics import maintenance, store
+from analytics import store
+from analytics.store import maintenance
 from app import steps
 from app.arrival import arrival
 from cudawatch import shards as sh

@@ -11,7 +11,8 @@ from analytics import store
 from analytics.store import Store
 from app.cli import app
 from app.hour import catch_up
-from reports import data, render
+from analytics.store import report as data
+from reports import render
 
 
 @pytest.fixture(scope="module")
