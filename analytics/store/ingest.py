@@ -180,10 +180,15 @@ def _read_with_duckdb(con, table: str, batch) -> bool:
     except duckdb.ConversionException:
         return False
     schema = sh.SCHEMAS[table]
-    by_file = data.column("_file")
-    for shard, _ in batch:
-        rows = data.filter(pc.equal(by_file, str(shard.path))).drop_columns(["_file"])
-        shard.data = rows.cast(schema) if rows.schema != schema else rows
+    # Sorted by file: each shard's rows are one slice (no per-file filter over the whole batch).
+    data = data.take(pc.sort_indices(data, [("_file", "ascending")]))
+    counts = {c["values"]: c["counts"] for c in pc.value_counts(data.column("_file")).to_pylist()}
+    data = data.drop_columns(["_file"]).cast(schema)
+    offset = 0
+    for shard, _ in sorted(batch, key=lambda item: str(item[0].path)):
+        n = counts.get(str(shard.path), 0)
+        shard.data = data.slice(offset, n)
+        offset += n
     return True
 
 
