@@ -20,6 +20,7 @@ from analytics import baselines, detect, explain
 from analytics.results import Regression
 from analytics.store import IngestResult, Store, hours, ingest_shards
 from analytics.store.regressions import OPEN, events_to_explain, load_regressions, reported_since
+from analytics.store.series import shared_matrices
 from cudawatch.config import AlertConfig
 from cudawatch.shards import hour_floor
 
@@ -82,10 +83,11 @@ def run_hour(store: Store, hour: dt.datetime | str, partition: dict[str, str] | 
     with store.writer() as con:
         if "ingest" in stages:
             _ingest(con, partition, hour, expect_lookback_h, result)
-        if "baselines" in stages:
-            baselines.update_baselines(con, hour)
-        if "detect" in stages:
-            result.regressions = detect.detect_regressions(con, hour)
+        with shared_matrices():  # baselines and detection of one hour read the same series
+            if "baselines" in stages:
+                baselines.update_baselines(con, hour)
+            if "detect" in stages:
+                result.regressions = detect.detect_regressions(con, hour)
         if "root_cause" in stages:
             explained = {r.event_id: r for r in explain.attach_causes(con, events_to_explain(con, hour), as_of=hour)}
             result.regressions = [explained.get(r.event_id, r) for r in load_regressions(con, statuses=OPEN, as_of=hour)]
