@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,6 @@ DEMO_GPUS = 16
 DEMO_HOURS = 48
 DEMO_SEED = 7
 DEMO_START = "2026-11-01T00:00:00+00:00"
-HOUR = dt.timedelta(hours=1)
 
 
 @dataclass
@@ -45,8 +43,8 @@ class DemoResult:
 def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED) -> DemoResult:
     """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced)."""
     import simulator
-    from analytics.store import IngestResult, Store
-    from app.hour import ANALYSIS, run_hour
+    from analytics.store import Store, ingest_shards
+    from app.hour import catch_up
     from cudawatch.shards import parse_utc
     from reports import render
 
@@ -56,20 +54,12 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
         shutil.rmtree(shards)
     db.unlink(missing_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
-    start = parse_utc(DEMO_START)
-    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=start)
-    # The hourly DAG's path, hour by hour: ingest the hour, baselines, detection, root cause.
-    store, partition, ingested = Store(db), {"name": "demo", "shards": str(shards)}, IngestResult()
-    with store.writer():
-        for h in range(hours):
-            done = run_hour(store, start + h * HOUR, partition, stages=("ingest", *ANALYSIS))
-            ingested.loaded += done.ingest.loaded
-            ingested.quarantined += done.ingest.quarantined
-            for table, n in done.ingest.rows.items():
-                ingested.rows[table] = ingested.rows.get(table, 0) + n
-    from analytics.store.regressions import reported_since
-
-    with store.reader() as con:
-        regressions = reported_since(con, start, start + (hours - 1) * HOUR)
+    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=parse_utc(DEMO_START))
+    # `cudawatch ingest` then `cudawatch analyze`: every hour analysed in order by app.hour.run_hour,
+    # as the hourly DAG would have.
+    store = Store(db)
+    with store.writer() as con:
+        ingested = ingest_shards(shards, con)
+        regressions = catch_up(store).regressions
     render.write_report(store, report, None)
     return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), regressions)

@@ -17,7 +17,13 @@ import os
 import platform
 import tempfile
 import time
+import sys
 from pathlib import Path
+
+# `python benchmarks/airflow_hourly.py` puts benchmarks/ first on sys.path, where benchmarks/reports.py
+# would shadow the reports package: put the repository first instead.
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 
 
 def main() -> None:
