@@ -24,7 +24,7 @@ from pathlib import Path
 
 from collector.aggregate import Aggregator
 from collector.control import DutyController
-from collector.rows import DeviceInfo, ProcessMeta
+from collector.rows import DeviceInfo, ProcessMeta, quality_of
 from collector.spool import Spool, recover
 
 _WARNED_ENV = "CUDAWATCH_WARNED"
@@ -166,6 +166,8 @@ class Session:
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
         self.duty_log: list[tuple] = []  # (unix time, duty, f_on, on_s, cost_s, cycle_s, period_s)
+        self.errors = 0
+        self.dropped_total = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> "Session":
@@ -203,8 +205,8 @@ class Session:
         self.agg.clock_offset_ns = self.tracer.clock_offset_ns
         try:
             recover(self.out)
-        except Exception:
-            pass
+        except Exception as exc:  # an old spool we cannot turn into shards stays on disk; counted
+            self._error(time.time(), f"recovering old spools under {self.out}", exc)
         self.spool = Spool(self.out, self.meta, self.window_s)
         self.active = True
         self._hook_torch_profiler()
@@ -226,19 +228,15 @@ class Session:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         on_since = self._on_since
+        was_on = self.tracer.enabled
         try:
-            if self.tracer.attached:
-                self.tracer.flush(True)
-        except Exception:
-            pass
+            self.tracer.detach(final=True)  # disable, unforced + forced flush, cuptiFinalize
+        except Exception as exc:
+            self._error(time.time(), "final flush/detach", exc)
         now = time.time()
-        if self.tracer.enabled and on_since is not None:
+        if was_on and on_since is not None:
             self.agg.add_traced_time(on_since, now)
         self._account(now, on_s=0.0)
-        try:
-            self.tracer.detach(final=True)
-        except Exception:
-            pass
         self.meta.alive_to_s = now
         self.meta.devices = self.meta.devices or device_map()
         self.spool.add_windows(self.agg.take_all())
@@ -277,13 +275,13 @@ class Session:
             paused = False
             if duty < 1.0:
                 t0 = time.perf_counter()
-                paused = self._pause()  # detach flushes first
+                paused = self._pause()
                 cycle += time.perf_counter() - t0
             else:
                 try:
-                    self.tracer.flush(True)
-                except Exception:
-                    pass
+                    self.tracer.flush(False)  # unforced: a forced flush strands device buffers (tracer docstring)
+                except Exception as exc:
+                    self._error(off_at, "flush", exc)
             on_from = self._on_since or off_at
             self.agg.add_traced_time(on_from, off_at)
             self._on_since = None if paused else off_at
@@ -304,12 +302,19 @@ class Session:
     def _pause(self) -> bool:
         try:
             if self.off_mode == "detach":
-                self.tracer.detach()
+                self.tracer.pause()
             else:
                 self.tracer.disable()
+                self.tracer.flush(False)
             return True
-        except Exception:
+        except Exception as exc:
+            self._error(time.time(), f"pause ({self.off_mode})", exc)
             return False
+
+    def _error(self, now: float, what: str, exc: BaseException) -> None:
+        """Count a failed collector operation in the health row of the window at ``now``."""
+        self.errors += 1
+        self.agg.note_health(now, error=f"{what}: {type(exc).__name__}: {exc}")
 
     def _resume(self) -> bool:
         try:
@@ -320,6 +325,7 @@ class Session:
                 self.tracer.enable()
         except Exception as exc:
             self.reason = f"CUPTI could not resume tracing ({exc})"
+            self._error(time.time(), "resume", exc)
             warn_once(f"collector off: {self.reason}")
             return False
         self._on_since = time.time()
@@ -331,11 +337,18 @@ class Session:
         lk, lc, lcb, lovh = self._last
         self._last = (k, c, cb, ovh)
         est = self.controller.estimate(on_s, k - lk, c - lc, cb - lcb, (ovh - lovh) * 1e-9)
-        self.agg.note_health(now, dropped=t.dropped(), callback_s=cb - lcb, cost_s=est.cost_s)
+        try:
+            dropped = t.dropped()
+        except Exception as exc:
+            dropped = 0
+            self._error(now, "cuptiActivityGetNumDroppedRecords", exc)
+        self.dropped_total += dropped
+        self.agg.note_health(now, dropped=dropped, callback_s=cb - lcb, cost_s=est.cost_s)
         return est
 
     def _close_windows(self, now: float) -> None:
-        closed = self.agg.take_closed(now, grace_s=2 * self.period_s + 1)
+        # records arrive up to one control period late (they are flushed at the end of an on-phase)
+        closed = self.agg.take_closed(now, grace_s=2 * (self.controller.period_s() if self.adaptive else self.period_s) + 1)
         if closed:
             if not self.meta.devices:
                 self.meta.devices = device_map()
@@ -349,17 +362,24 @@ class Session:
             d = self.out / ".status"
             d.mkdir(parents=True, exist_ok=True)
             alive = max(now - self.meta.alive_from_s, 1e-9) if window is None else self.window_s
+            a = self.agg
             status = {"host": self.meta.host, "pid": self.meta.pid, "job": self.job, "run_id": self.meta.run_id,
                       "ts": now, "duty": self.controller.duty if self.adaptive else 1.0,
                       "overhead_pct": 100.0 * (window.cost_s if window else 0.0) / alive,
                       "budget_pct": self.budget_pct, "dropped_records": window.dropped if window else 0,
-                      "records": self.agg.records_total, "shards_written": len(self.spool.shards_written),
-                      "running": not self.stopped}
+                      "records": a.records_total, "shards_written": len(self.spool.shards_written),
+                      "running": not self.stopped,
+                      # data quality: totals since start (Prometheus counters) and the last closed window
+                      "records_delivered_total": a.delivered_total, "records_valid_total": a.records_total,
+                      "records_invalid_total": {"zero_timestamp": a.invalid_zero_ts, "end_before_start": a.invalid_order},
+                      "dropped_records_total": self.dropped_total, "collector_errors_total": self.errors,
+                      "window_quality": quality_of(window) if window is not None else None}
             tmp = d / f".tmp-{self.meta.host}-{self.meta.pid}.json"
             tmp.write_text(json.dumps(status))
             os.replace(tmp, d / f"{self.meta.host}-{self.meta.pid}.json")
-        except OSError:
-            pass
+        except OSError as exc:
+            self.errors += 1  # counted in collector_errors_total; the next status write retries
+            self._status_error = f"{type(exc).__name__}: {exc}"
 
     # ---- cooperation ---------------------------------------------------------------------
     def _on_sigterm(self, signum, frame) -> None:

@@ -144,7 +144,7 @@ def test_sigterm_chains_the_users_handler(tmp_path):
 def test_sigkill_loses_at_most_the_open_window_and_recover_finds_the_rest(tmp_path):
     from collector.spool import recover
 
-    proc = _replay_child(tmp_path, "")
+    proc = _replay_child(tmp_path, "", CUDAWATCH_ADAPTIVE=0)  # full tracing: windows fill from the first second
     _wait_ready(proc, seconds=9.0)
     proc.kill()
     proc.wait(timeout=10)
