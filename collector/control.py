@@ -23,7 +23,7 @@ smoothed. The duty is 1 (no cycling) when full tracing fits the budget, else
 ``(safety x budget - cycle_s / period) / f_on``. Before the first measurement the controller
 assumes the worst case measured (full tracing doubling a launch-bound loop, ``F_ON_PRIOR`` = 1.5
 with margin), so the first window is already inside the budget; afterwards it shrinks at once and
-widens at most 2x per period, within ``[min_duty, 1]``. Pure arithmetic, no clock, no CUPTI:
+widens at most 4x per period, within ``[min_duty, 1]``. Pure arithmetic, no clock, no CUPTI:
 tested on CPU.
 """
 
@@ -114,7 +114,7 @@ class DutyController:
         if target < self.duty:
             self.duty = target
         else:
-            self.duty = min(target, self.duty * 2.0)
+            self.duty = min(target, self.duty * 4.0)
         return self.duty
 
     def _target(self, f_on: float) -> float:

@@ -38,7 +38,7 @@ def test_light_load_is_traced_all_the_time():
     assert ctl.duty == 1.0
 
 
-def test_duty_widens_at_most_2x_per_period_when_load_drops():
+def test_duty_widens_at_most_4x_per_period_when_load_drops():
     ctl = _run(DutyController(2.0, kernel_cost_s=5.5e-6), kernels_per_s=100_000)
     low = ctl.duty
     seen = [low]
@@ -46,7 +46,7 @@ def test_duty_widens_at_most_2x_per_period_when_load_drops():
         _run(ctl, kernels_per_s=300, periods=1)
         seen.append(ctl.duty)
     assert seen[-1] == 1.0
-    assert all(b <= 2 * a + 1e-12 for a, b in zip(seen, seen[1:]))
+    assert all(b <= 4 * a + 1e-12 for a, b in zip(seen, seen[1:]))
 
 
 def test_first_period_is_inside_the_budget_even_for_the_worst_load():
