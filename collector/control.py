@@ -19,7 +19,9 @@ bound (the host cost hides behind the GPU): it errs towards staying inside the b
 Each pause/resume cycle costs ``cycle_s`` (detach + re-attach, measured, 25-45 ms with cuDNN/cuBLAS
 loaded; prior 30 ms until measured), so the period is stretched until cycling costs at most a
 quarter of the budget. ``f_on`` (EWMA, weight 0.7 on the newest) and ``cycle_s`` (EWMA, 0.5) are
-smoothed. The duty is 1 (no cycling) when full tracing fits the budget, else
+smoothed; the period is at most 30 s (a 60 s window still sees two on-phases). An on-phase that
+traced nothing (idle GPU) teaches nothing and leaves the duty as it is, so a program that starts
+its GPU work late still starts inside the budget. The duty is 1 (no cycling) when full tracing fits the budget, else
 ``(safety x budget - cycle_s / period) / f_on``. Before the first measurement the controller
 assumes the worst case measured (full tracing doubling a launch-bound loop, ``F_ON_PRIOR`` = 1.5
 with margin), so the first window is already inside the budget; afterwards it shrinks at once and
@@ -49,6 +51,7 @@ CYCLE_PRIOR_S = 0.03
 class Estimate:
     on_s: float
     cost_s: float
+    records: int = -1  # kernels + copies traced in the on-phase (-1: not given)
 
     @property
     def fraction_on(self) -> float:
@@ -71,7 +74,7 @@ class DutyController:
 
     def __init__(self, budget_pct: float = 2.0, *, kernel_cost_s: float | None = None, copy_cost_s: float | None = None,
                  min_duty: float | None = None, initial_duty: float | None = None, safety: float = 0.8,
-                 min_period_s: float = 1.0, max_period_s: float = 10.0, callback_factor: float = CALLBACK_FACTOR) -> None:
+                 min_period_s: float = 1.0, max_period_s: float = 30.0, callback_factor: float = CALLBACK_FACTOR) -> None:
         if not 0 < budget_pct <= 100:
             raise ValueError(f"budget_pct must be in (0, 100], got {budget_pct}")
         self.budget = budget_pct / 100.0
@@ -102,11 +105,11 @@ class DutyController:
     def estimate(self, on_s: float, kernels: int, copies: int, callback_s: float, overhead_s: float) -> Estimate:
         """Estimated cost of one on-phase (see the module docstring)."""
         cost = kernels * self.kernel_cost_s + copies * self.copy_cost_s + self.callback_factor * callback_s + overhead_s
-        return Estimate(on_s=on_s, cost_s=cost)
+        return Estimate(on_s=on_s, cost_s=cost, records=kernels + copies)
 
     def update(self, est: Estimate) -> float:
         """Next duty from the last on-phase's estimate; returns it and keeps it in ``self.duty``."""
-        if est.on_s < 0.005:  # too short to say anything
+        if est.on_s < 0.005 or est.records == 0:  # too short, or an idle GPU: nothing learned
             return self.duty
         f = est.fraction_on
         self.f_on = f if self.f_on is None else 0.3 * self.f_on + 0.7 * f

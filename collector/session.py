@@ -160,7 +160,7 @@ class Session:
         self.reason: str | None = None
         self.stopped = False
         self.controller = DutyController(self.budget_pct, min_period_s=self.period_s,
-                                         max_period_s=max(10.0, self.period_s))
+                                         max_period_s=max(30.0, self.period_s))
         self._stop_evt = threading.Event()
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None

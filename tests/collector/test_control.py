@@ -98,6 +98,14 @@ def test_callback_time_counts_with_its_gil_factor():
     assert est.cost_s == pytest.approx(1000 * 5e-6 + 1.6 * 0.01)
 
 
+def test_idle_on_phase_does_not_widen():
+    """A program still loading data traces nothing: that must not open the duty before its GPU work starts."""
+    ctl = DutyController(2.0)
+    d = ctl.duty
+    for _ in range(5):
+        assert ctl.update(ctl.estimate(0.05, 0, 0, 0.0, 0.0)) == d
+
+
 def test_too_short_on_phase_changes_nothing():
     ctl = DutyController(2.0)
     d = ctl.duty
