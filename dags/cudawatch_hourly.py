@@ -13,6 +13,9 @@ update baselines, detect regressions, attach root causes and send alerts for new
 * **update_baselines → detect → root_cause → send_alerts**: over the whole warehouse, as of the
   hour. Alerts go through an outbox keyed by event id, so re-running an hour sends nothing twice.
 
+Every task is one stage of `app.hour.run_hour(store, hour, partition)`, the composition
+`cudawatch analyze` walks hour by hour; XCom carries only the hour and the partition.
+
 Warehouse writers take the `cudawatch_duckdb` pool (size 1) and a file lock; runs are ordered
 (`max_active_runs=1`) because detection is incremental. Configuration: docs/airflow.md.
 """
@@ -50,50 +53,52 @@ default_args = {
 def cudawatch_hourly():
     @task
     def partitions() -> list[dict]:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.hourly_partitions()
+        return steps.hourly_partitions()
 
     @task.sensor(poke_interval=120, timeout=3 * 3600, mode="reschedule")
     def wait_for_shards(partition: dict, data_interval_start=None) -> PokeReturnValue:
-        from analytics import pipeline
+        from app import steps
 
-        done, _arrival = pipeline.check_arrival(partition, data_interval_start)
+        done, _arrival = steps.check_arrival(partition, data_interval_start)
         return PokeReturnValue(is_done=done, xcom_value=partition)
 
     @task(pool=POOL)
     def ingest(partition: dict, data_interval_start=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.ingest_hour(partition, data_interval_start)
-
-    @task(pool=POOL)
-    def update_baselines(ingested, data_interval_start=None) -> dict:
-        from analytics import pipeline
-
-        return pipeline.update_baselines(data_interval_start)
+        return steps.ingest_hour(partition, data_interval_start)
 
     @task(pool=POOL)
-    def detect(baselines: dict, data_interval_start=None) -> list[dict]:
-        from analytics import pipeline
+    def update_baselines(data_interval_start=None) -> dict:
+        from app import steps
 
-        return pipeline.detect(data_interval_start)
-
-    @task(pool=POOL)
-    def root_cause(regressions: list[dict], data_interval_start=None) -> list[dict]:
-        from analytics import pipeline
-
-        return pipeline.root_cause(data_interval_start, regressions)
+        return steps.update_baselines(data_interval_start)
 
     @task(pool=POOL)
-    def send_alerts(regressions: list[dict], data_interval_start=None) -> dict:
-        from analytics import pipeline
+    def detect(data_interval_start=None) -> dict:
+        from app import steps
 
-        return pipeline.send_alerts(data_interval_start, regressions)
+        return steps.detect(data_interval_start)
 
+    @task(pool=POOL)
+    def root_cause(data_interval_start=None) -> dict:
+        from app import steps
+
+        return steps.root_cause(data_interval_start)
+
+    @task(pool=POOL)
+    def send_alerts(data_interval_start=None) -> dict:
+        from app import steps
+
+        return steps.send_alerts(data_interval_start)
+
+    # Each task is one stage of app.hour.run_hour for the run's hour; XCom carries only the hour
+    # and the partition (the events stay in the warehouse).
     arrived = wait_for_shards.expand(partition=partitions())
     ingested = ingest.expand(partition=arrived)
-    send_alerts(root_cause(detect(update_baselines(ingested))))
+    ingested >> update_baselines() >> detect() >> root_cause() >> send_alerts()
 
 
 cudawatch_hourly()

@@ -7,20 +7,19 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from analytics import pipeline, warehouse
-from cudawatch.cli import app
-from reports import data, render
+from analytics import store
+from analytics.store import Store
+from app.cli import app
+from app.hour import catch_up
+from analytics.store import report as data
+from reports import render
 
 
 @pytest.fixture(scope="module")
 def analysed_master(fleet_db, tmp_path_factory):
     db = tmp_path_factory.mktemp("analysed") / "analysed.duckdb"
     shutil.copy(fleet_db, db)
-    con = warehouse.connect(db)
-    try:
-        regs = pipeline.analyze(con)
-    finally:
-        con.close()
+    regs = catch_up(Store(db)).regressions
     assert regs, "the fleet has a slower GEMM and a throttled GPU"
     return db, regs
 
@@ -83,7 +82,7 @@ def test_report_shows_the_detectors_regressions(analysed_db, tmp_path):
 
 def test_report_reads_the_detectors_table_on_a_read_only_connection(analysed_db):
     db, regs = analysed_db
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         rep = render.build_report(con, data.last_day(con), image_mode="cid")
     finally:

@@ -8,8 +8,10 @@ import re
 
 import pytest
 
-from analytics import warehouse
-from reports import data, render
+from analytics import store
+from analytics.store import chart_series
+from analytics.store import report as data
+from reports import render
 from reports.escape import plain, slack, slack_code, truncate_middle
 from tests.reports import fleet
 
@@ -19,7 +21,7 @@ DAY2 = DAY1 + dt.timedelta(days=1)
 
 @pytest.fixture(scope="module")
 def day1(fleet_db):
-    con = warehouse.connect(fleet_db, read_only=True)
+    con = store.connect(fleet_db, read_only=True)
     try:
         return render.build_report(con, DAY1, regressions=fleet.regressions(), detail_href=lambda r: f"d-{r.event_id}.html")
     finally:
@@ -65,7 +67,7 @@ def test_hostile_names_are_escaped_in_html_and_text(day1):
 
 
 def test_data_gaps_and_quarantine_are_reported(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         start, end = data.day_window(DAY1)
         gaps = data.data_gaps(con, start, end, fleet.START + dt.timedelta(hours=fleet.HOURS - 1))
@@ -77,7 +79,7 @@ def test_data_gaps_and_quarantine_are_reported(fleet_db):
 
 
 def test_fleet_health_shows_throttling_and_collector_drops(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         start, end = data.day_window(DAY1)
         gpus = data.gpu_health(con, start, end)
@@ -115,13 +117,13 @@ def test_classify_by_report_day():
 
 
 def test_series_of_each_kind_is_found(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         start, end = fleet.START, fleet.START + dt.timedelta(hours=fleet.HOURS)
         gemm, evil, clock = fleet.regressions()
-        g = data.regression_series(con, gemm, start, end)
-        c = data.regression_series(con, clock, start, end)
-        unknown = data.regression_series(con, dataclasses.replace(gemm, series="kernel_; DROP TABLE kernels"), start, end)
+        g = chart_series.regression_series(con, gemm, start, end)
+        c = chart_series.regression_series(con, clock, start, end)
+        unknown = chart_series.regression_series(con, dataclasses.replace(gemm, series="kernel_; DROP TABLE kernels"), start, end)
     finally:
         con.close()
     assert len(g) == fleet.HOURS and g[0][1] == pytest.approx(420_000, rel=0.03) and g[-1][1] == pytest.approx(504_000, rel=0.03)
@@ -134,7 +136,7 @@ def test_bad_date_and_empty_warehouse_are_clear_errors(fleet_db, tmp_path):
     with pytest.raises(render.ReportError, match="not a date"):
         render.write_report(fleet_db, tmp_path / "x.html", "yesterday")
     empty = tmp_path / "empty.duckdb"
-    warehouse.connect(empty).close()
+    store.connect(empty).close()
     with pytest.raises(render.ReportError, match="no kernel or device data"):
         render.write_report(empty, tmp_path / "x.html", None)
     with pytest.raises(FileNotFoundError):
@@ -164,9 +166,9 @@ def test_a_job_that_starts_late_is_not_a_gap_but_a_hole_is(tmp_path):
             shards.write_shard(root, "kernels", pa.Table.from_pylist(fleet._kernel_rows(rng, "host-y", 0, hour)), h, host="host-y", pid=1)
         if hour != 4:  # the agent is always on: a missing device hour is a gap
             shards.write_shard(root, "device", pa.Table.from_pylist(fleet._device_rows(rng, "host-y", 0, hour)), h, host="host-y", pid=2)
-    con = warehouse.connect(tmp_path / "w.duckdb")
+    con = store.connect(tmp_path / "w.duckdb")
     try:
-        warehouse.ingest_shards(root, con)
+        store.ingest_shards(root, con)
         start, end = data.day_window(DAY1)
         gaps = data.data_gaps(con, start, end, fleet.START + dt.timedelta(hours=11))
     finally:

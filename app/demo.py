@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudawatch import simulator
-from cudawatch.simulator_cli import DEMO_GPUS, DEMO_HOURS, DEMO_SEED, DEMO_START, _parse_start
+DEMO_GPUS = 16
+DEMO_HOURS = 48
+DEMO_SEED = 7
+DEMO_START = "2026-11-01T00:00:00+00:00"
+HOUR = dt.timedelta(hours=1)
 
 
 @dataclass
@@ -37,7 +41,10 @@ class DemoResult:
 
 def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED) -> DemoResult:
     """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced)."""
-    from analytics import pipeline, warehouse
+    import simulator
+    from analytics.store import IngestResult, Store
+    from app.hour import ANALYSIS, run_hour
+    from cudawatch.shards import parse_utc
     from reports import render
 
     workdir = Path(workdir)
@@ -46,12 +53,20 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
         shutil.rmtree(shards)
     db.unlink(missing_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
-    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=_parse_start(DEMO_START))
-    con = warehouse.connect(db)
-    try:
-        ingested = warehouse.ingest_shards(shards, con)
-        regressions = pipeline.analyze(con)
-    finally:
-        con.close()
-    render.write_report(db, report, None)
+    start = parse_utc(DEMO_START)
+    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=start)
+    # The hourly DAG's path, hour by hour: ingest the hour, baselines, detection, root cause.
+    store, partition, ingested = Store(db), {"name": "demo", "shards": str(shards)}, IngestResult()
+    with store.writer():
+        for h in range(hours):
+            done = run_hour(store, start + h * HOUR, partition, stages=("ingest", *ANALYSIS))
+            ingested.loaded += done.ingest.loaded
+            ingested.quarantined += done.ingest.quarantined
+            for table, n in done.ingest.rows.items():
+                ingested.rows[table] = ingested.rows.get(table, 0) + n
+    from analytics.store.regressions import reported_since
+
+    with store.reader() as con:
+        regressions = reported_since(con, start, start + (hours - 1) * HOUR)
+    render.write_report(store, report, None)
     return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), regressions)

@@ -1,0 +1,119 @@
+"""The Airflow step functions: each DAG task is one import and one call into this module.
+
+Steps take the hour (or day) from the caller -- Airflow's ``data_interval_start``, never the
+clock -- resolve their settings inside the task (app.settings), and open the warehouse through
+``analytics.store.Store`` (writer lock shared with the CLI). The hourly steps are stages of
+``app.hour.run_hour``, the same composition ``cudawatch analyze`` and the demo use; their XCom
+values carry only the hour and the partition.
+
+Hourly: ``hourly_partitions`` -> ``check_arrival`` (the sensor) -> ``ingest`` (one call per
+partition) -> ``update_baselines`` -> ``detect`` -> ``root_cause`` -> ``send_alerts``.
+Daily: app.daily. Maintenance: ``compact_shards``, ``apply_retention``, ``checkpoint_warehouse``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from app.arrival import check_arrival
+from app.daily import build_daily_report, email_daily_report, report_day
+from app.settings import Settings, alert_config, hourly_partitions, int_setting, setting
+from cudawatch.shards import hour_floor
+
+log = logging.getLogger(__name__)
+
+#: Airflow pool that serialises the warehouse writers (size 1; create it once per deployment).
+DUCKDB_POOL = "cudawatch_duckdb"
+
+hour_of = hour_floor  # the UTC hour (stdlib datetime) of a pendulum, ISO string or datetime
+
+__all__ = [
+    "DUCKDB_POOL", "hour_of", "hourly_partitions", "check_arrival", "ingest_hour", "update_baselines", "detect",
+    "root_cause", "send_alerts", "report_day", "build_daily_report", "email_daily_report", "compact_shards",
+    "apply_retention", "checkpoint_warehouse", "Settings", "setting",
+]
+
+
+def _stage(stage: str, hour, partition: dict[str, str] | None = None, **kw):
+    from app.hour import run_hour
+
+    cfg = Settings.resolve()
+    return run_hour(cfg.store(), hour, partition, stages=(stage,), expect_lookback_h=cfg.expect_lookback_h, **kw)
+
+
+def ingest_hour(partition: dict[str, str], hour: dt.datetime | str) -> dict[str, str]:
+    """Load one partition's shards of ``hour`` (and late ones of the 24 h before); record what is
+    still missing in ``data_gaps``. Idempotent: the ledger skips loaded shards and the hour's gap
+    rows are replaced, so a late shard picked up by a re-run clears its gap."""
+    _stage("ingest", hour, partition)
+    return {"hour": hour_floor(hour).isoformat(), "partition": partition["name"]}
+
+
+def update_baselines(hour: dt.datetime | str) -> dict[str, str]:
+    """Baselines of every watched series as of ``hour`` (analytics.baselines)."""
+    _stage("baselines", hour)
+    return {"hour": hour_floor(hour).isoformat()}
+
+
+def detect(hour: dt.datetime | str) -> dict[str, str]:
+    """Regression events as of ``hour`` (analytics.detect), stored in the warehouse."""
+    _stage("detect", hour)
+    return {"hour": hour_floor(hour).isoformat()}
+
+
+def root_cause(hour: dt.datetime | str) -> dict[str, str]:
+    """Root causes of the events open at ``hour`` (analytics.rules); the hour is then analysed."""
+    _stage("root_cause", hour)
+    return {"hour": hour_floor(hour).isoformat()}
+
+
+def send_alerts(hour: dt.datetime | str) -> dict[str, str]:
+    """Send the events open at ``hour`` that no channel carried yet (reports.alerts, an outbox
+    keyed by event id), so re-running an hour sends nothing twice."""
+    result = _stage("alert", hour, alert_config=alert_config()).alerts
+    if result.failed:
+        # Airflow retries the task; the outbox re-sends only what is due and never a sent alert.
+        raise RuntimeError(f"{result.failed} alerts failed; the outbox table has the reasons")
+    return {"hour": hour_floor(hour).isoformat()}
+
+
+# --------------------------------------------------------------------------- maintenance steps
+
+
+def compact_shards(interval_end: dt.datetime | str) -> dict[str, Any]:
+    """Merge small shards of fully loaded, settled partitions (analytics.store.maintenance)."""
+    from analytics.store import maintenance
+
+    cfg = Settings.resolve()
+    older_than = hour_floor(interval_end) - dt.timedelta(hours=int_setting("compact_after_h", 48))
+    with cfg.store().writer() as con:
+        out = maintenance.compact_shards(cfg.shards, con, older_than=older_than,
+                                         small_bytes=int_setting("compact_small_bytes", 8 << 20))
+    return out.as_dict()
+
+
+def apply_retention(interval_end: dt.datetime | str) -> dict[str, Any]:
+    """Drop shards, warehouse rows and report archives past their retention (analytics.store.maintenance)."""
+    from analytics.store import maintenance
+
+    cfg = Settings.resolve()
+    now = hour_floor(interval_end)
+    policy = maintenance.RetentionPolicy(
+        shard_days=int_setting("retain_shard_days", 30),
+        warehouse_days=int_setting("retain_warehouse_days", 180),
+        report_days=int_setting("retain_report_days", 365),
+    )
+    with cfg.store().writer() as con:
+        out = maintenance.apply_retention(cfg.shards, con, cfg.reports, now=now, policy=policy)
+    return out.as_dict()
+
+
+def checkpoint_warehouse() -> dict[str, Any]:
+    """CHECKPOINT and ANALYZE the warehouse (analytics.store.maintenance.checkpoint)."""
+    from analytics.store import maintenance
+
+    cfg = Settings.resolve()
+    with cfg.store().writer() as con:
+        return maintenance.checkpoint(con, cfg.db)
