@@ -104,7 +104,8 @@ def _footer_proves_contract(path: Path, table: str) -> tuple[int, set[str]] | No
             stats = md.row_group(rg).column(index[name]).statistics
             if stats is None or not stats.has_null_count or stats.null_count:
                 return None
-            if name == "schema_version" and (not stats.has_min_max or stats.min != sh.SCHEMA_VERSION or stats.max != sh.SCHEMA_VERSION):
+            known = sh.READABLE_VERSIONS.get(table, {sh.SCHEMA_VERSION})
+            if name == "schema_version" and (not stats.has_min_max or stats.min not in known or stats.max not in known):
                 return None
     return md.num_rows, names
 
@@ -126,7 +127,7 @@ def _insert_with_duckdb(con, table: str, batch, result: IngestResult) -> bool:
         con.register("_batch_files", files)
         con.register("_batch_ledger", ledger)
         con.execute(
-            f"INSERT INTO {table} SELECT {select}, m.shard_id "
+            f"INSERT INTO {table} ({', '.join(sh.SCHEMAS[table].names)}, shard_id) SELECT {select}, m.shard_id "
             "FROM read_parquet(?, filename = true, union_by_name = true, hive_partitioning = false) r "
             "JOIN _batch_files m ON r.filename = m.filename",
             [files.column("filename").to_pylist()],
@@ -176,7 +177,7 @@ def _insert_checked(con, table: str, batch, result: IngestResult) -> None:
         # One INSERT from Arrow each (executemany would go row by row).
         con.register("_batch_rows", batch_rows)
         con.register("_batch_ledger", ledger)
-        con.execute(f"INSERT INTO {table} SELECT * FROM _batch_rows")
+        con.execute(f"INSERT INTO {table} ({', '.join(batch_rows.column_names)}) SELECT * FROM _batch_rows")
         con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
         con.execute("COMMIT")
     except Exception:
