@@ -141,3 +141,37 @@ def test_pause_resume_cycles_keep_the_window_totals(tmp_path):
     assert sum(r["launches"] for r in kernels) + sum(r["count"] for r in copies) == delivered
     assert all(r["data_quality"] in ("ok", "idle") for r in health)
     assert 0 < min(r["sampling_duty"] for r in health if r["records_delivered"]) < 1
+
+
+def test_warehouse_loads_v2_health_next_to_v1_and_upgrades_an_old_table(tmp_path, zero_ts_rows):
+    """v2 health rows (with an 'error' window) and a v1 health shard load into one warehouse whose
+    health table predates v2 (its missing columns are added); data_quality is queryable in SQL."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from analytics.store.ingest import ingest_shards
+    from analytics.store.schema import ensure_schema
+
+    agg = Aggregator(60)
+    agg.add_kernel_rows([r for r in zero_ts_rows if r[0] == 0], delivered_at_s=1_796_279_900.0)
+    agg.add_kernel_rows([r for r in zero_ts_rows if r[0] > 0], delivered_at_s=1_796_280_030.0)
+    ht = health_table(agg.take_all(), 60, _meta())
+    root = tmp_path / "shards"
+    for i in range(ht.num_rows):
+        write_shard(root, "health", ht.slice(i, 1), ht.column("window_start")[i].as_py())
+    old = pa.table({"schema_version": pa.array([1], pa.int16()), "window_start": pa.array([ht.column("window_start")[0].as_py()], pa.timestamp("us", tz="UTC")),
+                    "window_s": pa.array([60], pa.int32()), "host": ["old"], "job": ["j"], "run_id": ["r0"],
+                    "pid": pa.array([1], pa.int32()), "records": pa.array([5], pa.int64()), "dropped_records": pa.array([0], pa.int64())})
+    d = next((root / "health").rglob("hour=*"))
+    pq.write_table(old, d / "old-1-v1.parquet")
+    con = duckdb.connect()
+    v1_cols = [f for f in HEALTH if f.name in old.column_names or f.name in ("callback_s", "overhead_pct", "sampling_duty", "cupti_version")]
+    con.register("_e", pa.Table.from_pylist([], schema=pa.schema(v1_cols)))
+    con.execute("CREATE TABLE health AS SELECT *, 0::BIGINT AS shard_id FROM _e LIMIT 0")  # a pre-v2 warehouse
+    ensure_schema(con)
+    res = ingest_shards(root, con, tables=("health",))
+    assert not res.quarantined, res.quarantined
+    rows = con.execute("SELECT host, schema_version, records_delivered, records_valid, data_quality FROM health ORDER BY window_start, host").fetchall()
+    assert ("h", 2, 1500, 0, "error") in rows  # the window whose records all lacked timestamps
+    assert ("old", 1, None, None, None) in rows
+    assert any(r[4] in ("ok", "degraded") and r[3] == 1500 for r in rows)
