@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -24,103 +23,12 @@ from pathlib import Path
 
 from collector.aggregate import Aggregator
 from collector.control import DutyController
-from collector.rows import DeviceInfo, ProcessMeta, quality_of
+from collector.host import device_map, job_name, preflight, warn_once  # noqa: F401  (re-exported)
+from collector.rows import ProcessMeta, quality_of
 from collector.spool import Spool, recover
 
-_WARNED_ENV = "CUDAWATCH_WARNED"
 _current: "Session | None" = None
 _lock = threading.Lock()
-
-
-def warn_once(message: str) -> None:
-    """Print one ``cudawatch:`` warning per process tree (children inherit the 'warned' mark)."""
-    if os.environ.get(_WARNED_ENV):
-        return
-    os.environ[_WARNED_ENV] = "1"
-    print(f"cudawatch: {message}", file=sys.stderr, flush=True)
-
-
-def job_name(explicit: str | None = None, argv: list[str] | None = None) -> str:
-    """The job label: explicit, ``CUDAWATCH_JOB``, Slurm or Kubernetes job names, else the script."""
-    for value in (explicit, os.environ.get("CUDAWATCH_JOB"), os.environ.get("SLURM_JOB_NAME"),
-                  os.environ.get("JOB_NAME"), os.environ.get("KUBERNETES_JOB_NAME")):
-        if value:
-            return value
-    argv = argv if argv is not None else sys.argv
-    if argv and argv[0] and argv[0] != "-c":
-        return Path(argv[0]).name
-    return "python"
-
-
-def preflight() -> str | None:
-    """Why collection cannot run here, or None. Loads no CUDA context (cuInit is never called)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no NVIDIA driver (libcuda.so.1 not found); the program runs without collection"
-    try:
-        import pynvml  # noqa: F401
-
-        try:
-            pynvml.nvmlInit()
-            n = pynvml.nvmlDeviceGetCount()
-            pynvml.nvmlShutdown()
-            if n == 0:
-                return "no GPU visible to NVML; the program runs without collection"
-        except pynvml.NVMLError as exc:
-            return f"NVML cannot see a GPU ({exc}); the program runs without collection"
-    except ImportError:
-        pass
-    try:
-        from collector import tracer  # noqa: F401  (imports cupti)
-    except ImportError as exc:
-        return f"cupti-python is not installed ({exc}); install cudawatch[collector] (cupti-python>=13.4)"
-    except OSError as exc:
-        return f"libcupti could not be loaded ({exc})"
-    try:
-        other = tracer.other_subscriber()
-    except Exception as exc:  # CUPTI init errors surface here (no device, virtualization, ...)
-        return f"CUPTI is unusable here ({exc})"
-    if other:
-        return f"stepping aside: {other}"
-    return None
-
-
-def device_map() -> dict[int, DeviceInfo]:
-    """CUDA device ordinal -> NVML UUID/index/model, honouring CUDA_VISIBLE_DEVICES (empty if no NVML)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return {}
-    try:
-        n = pynvml.nvmlDeviceGetCount()
-        handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)}
-        uuids = {i: _s(pynvml.nvmlDeviceGetUUID(h)) for i, h in handles.items()}
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        order = list(range(n))
-        if visible is not None:
-            order = []
-            for tok in (t.strip() for t in visible.split(",") if t.strip()):
-                if tok.isdigit() and int(tok) < n:
-                    order.append(int(tok))
-                else:
-                    order.extend(i for i, u in uuids.items() if u.startswith(tok))
-        return {ordinal: DeviceInfo(uuids[i], i, _s(pynvml.nvmlDeviceGetName(handles[i]))) for ordinal, i in enumerate(order)}
-    except Exception:
-        return {}
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class Session:
@@ -394,61 +302,9 @@ class Session:
             os.kill(os.getpid(), signal.SIGTERM)
 
     def _hook_torch_profiler(self) -> None:
-        """Step aside before torch.profiler prepares Kineto (it needs CUPTI for itself)."""
-        session = self
+        from collector.coop import hook_torch_profiler
 
-        def install() -> bool:
-            mod = sys.modules.get("torch.autograd.profiler")
-            prof = getattr(mod, "profile", None) if mod else None
-            if prof is None or getattr(prof._prepare_trace, "_cudawatch", False):
-                return prof is not None
-            original = prof._prepare_trace
-
-            def _prepare_trace(self_, *a, **kw):
-                if session.active and not session.stopped:
-                    warn_once("collector off: stepping aside for torch.profiler (it needs CUPTI); shards so far are kept")
-                    session.stop()
-                return original(self_, *a, **kw)
-
-            _prepare_trace._cudawatch = True
-            prof._prepare_trace = _prepare_trace
-            return True
-
-        if not install():
-            sys.meta_path.insert(0, _AfterImport("torch.autograd.profiler", install))
-
-
-class _AfterImport:
-    """A meta-path finder that runs ``hook()`` right after module ``name`` has been executed."""
-
-    def __init__(self, name: str, hook) -> None:
-        self.name, self.hook = name, hook
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, hook, finder = spec.loader, self.hook, self
-
-        class _Loader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                try:
-                    sys.meta_path.remove(finder)
-                except ValueError:
-                    pass
-                sys.modules[fullname] = module
-                hook()
-
-        spec.loader = _Loader()
-        return spec
+        hook_torch_profiler(self, warn_once)
 
 
 def start(job: str | None = None, out: str | os.PathLike | None = None, **options) -> Session:
