@@ -16,9 +16,10 @@ the launching thread loses ``callback_factor`` (1.6) times that (same probe: +2.
 counts host-side cost as if the program were launch-bound, so on GPU-bound work it is an upper
 bound (the host cost hides behind the GPU): it errs towards staying inside the budget.
 
-Each pause/resume cycle costs ``cycle_s`` (detach + re-attach, measured, 25-45 ms with cuDNN/cuBLAS
-loaded; prior 30 ms until measured), so the period is stretched until cycling costs at most a
-quarter of the budget. ``f_on`` (EWMA, weight 0.7 on the newest) and ``cycle_s`` (EWMA, 0.5) are
+Each pause/resume cycle costs ``cycle_s``: the detach + re-attach time the collector thread
+measures (16-77 ms on the H200), but at least ``CYCLE_FLOOR_S`` = 150 ms, what one cycle was seen to
+cost the program on the mixed workload with cuBLAS loaded; the period is stretched until cycling
+costs at most a quarter of the budget (30 s at the 2 % default). ``f_on`` (EWMA, weight 0.7 on the newest) and ``cycle_s`` (EWMA, 0.5) are
 smoothed; the period is at most 30 s (a 60 s window still sees two on-phases). An on-phase that
 traced nothing (idle GPU) teaches nothing and leaves the duty as it is, so a program that starts
 its GPU work late still starts inside the budget. The duty is 1 (no cycling) when full tracing fits the budget, else
@@ -43,8 +44,11 @@ DEFAULT_COPY_COST_US = 5.0
 CALLBACK_FACTOR = 1.6
 #: Slowdown assumed while tracing before anything is measured (worst case seen: 1.0, launch-bound).
 F_ON_PRIOR = 1.5
-#: Detach + re-attach time assumed before the first cycle is measured (seconds).
-CYCLE_PRIOR_S = 0.03
+#: What one detach + re-attach costs the program at least (seconds). The collector thread measures
+#: 16-77 ms per cycle, but on the H200 mixed workload (cuBLAS loaded) one cycle cost the program
+#: ~160 ms (2.7 % of a 6 s run at 0.5 % duty, docs/benchmarks.md); the estimate uses the larger one.
+CYCLE_FLOOR_S = 0.15
+CYCLE_PRIOR_S = CYCLE_FLOOR_S
 
 
 @dataclass
@@ -74,7 +78,8 @@ class DutyController:
 
     def __init__(self, budget_pct: float = 2.0, *, kernel_cost_s: float | None = None, copy_cost_s: float | None = None,
                  min_duty: float | None = None, initial_duty: float | None = None, safety: float = 0.8,
-                 min_period_s: float = 1.0, max_period_s: float = 30.0, callback_factor: float = CALLBACK_FACTOR) -> None:
+                 min_period_s: float = 1.0, max_period_s: float = 30.0, callback_factor: float = CALLBACK_FACTOR,
+                 cycle_floor_s: float = CYCLE_FLOOR_S) -> None:
         if not 0 < budget_pct <= 100:
             raise ValueError(f"budget_pct must be in (0, 100], got {budget_pct}")
         self.budget = budget_pct / 100.0
@@ -84,8 +89,9 @@ class DutyController:
         self.min_duty = min_duty if min_duty is not None else 0.25 * self.budget
         self.safety = safety
         self.callback_factor = callback_factor
+        self.cycle_floor_s = cycle_floor_s
         self.f_on: float | None = None  # smoothed on-phase overhead fraction
-        self.cycle_s: float = CYCLE_PRIOR_S  # smoothed cost of one pause + resume (prior until measured)
+        self.cycle_s: float = max(CYCLE_PRIOR_S, cycle_floor_s) if cycle_floor_s else CYCLE_PRIOR_S  # smoothed cost of one pause + resume
         self._cycle_measured = False
         self.min_period_s, self.max_period_s = min_period_s, max_period_s
         if initial_duty is None:  # inside the budget even if tracing turns out to cost F_ON_PRIOR
@@ -94,6 +100,7 @@ class DutyController:
 
     def note_cycle(self, seconds: float) -> None:
         """Record the measured time of one pause (detach) + resume (attach)."""
+        seconds = max(seconds, self.cycle_floor_s)
         self.cycle_s = seconds if not self._cycle_measured else 0.5 * self.cycle_s + 0.5 * seconds
         self._cycle_measured = True
 
