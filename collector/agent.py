@@ -68,10 +68,12 @@ class _CollectorStatus:
         invalid = CounterMetricFamily("cudawatch_collector_records_invalid", "Delivered records rejected, by reason.", labels=labels + ["reason"])
         quality = GaugeMetricFamily("cudawatch_collector_window_quality", "1 for the data_quality of the last closed window.", labels=labels + ["quality"])
         now = time.time()
+        unreadable = 0
         for f in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
             try:
                 s = json.loads(f.read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # torn or foreign file: counted below, the others still export
+                unreadable += 1
                 continue
             if now - float(s.get("ts", 0)) > self.stale_s:
                 continue
@@ -91,6 +93,9 @@ class _CollectorStatus:
         yield from counters.values()
         yield invalid
         yield quality
+        bad = GaugeMetricFamily("cudawatch_agent_status_files_unreadable", "Collector status files that could not be read.")
+        bad.add_metric([], float(unreadable))
+        yield bad
 
 
 class Agent:

@@ -55,7 +55,7 @@ class _AfterImport:
                 loader.exec_module(module)
                 try:
                     sys.meta_path.remove(finder)
-                except ValueError:
+                except ValueError:  # already removed by an earlier import: nothing to undo
                     pass
                 sys.modules[fullname] = module
                 hook()

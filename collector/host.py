@@ -52,7 +52,7 @@ def preflight() -> str | None:
                 return "no GPU visible to NVML; the program runs without collection"
         except pynvml.NVMLError as exc:
             return f"NVML cannot see a GPU ({exc}); the program runs without collection"
-    except ImportError:
+    except ImportError:  # no nvidia-ml-py: the GPU count is not checked here; CUPTI's own check follows
         pass
     try:
         from collector import tracer  # noqa: F401  (imports cupti)
@@ -69,13 +69,18 @@ def preflight() -> str | None:
     return None
 
 
-def device_map() -> dict[int, DeviceInfo]:
-    """CUDA device ordinal -> NVML UUID/index/model, honouring CUDA_VISIBLE_DEVICES (empty if no NVML)."""
+def device_map(errors: list[str] | None = None) -> dict[int, DeviceInfo]:
+    """CUDA device ordinal -> NVML UUID/index/model, honouring CUDA_VISIBLE_DEVICES.
+
+    Empty when NVML is missing or fails; then why is appended to ``errors`` (the session counts it
+    in the window's ``collector_errors``: rows are written without GPU UUIDs)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:
+    except Exception as exc:
+        if errors is not None:
+            errors.append(f"NVML device map: {type(exc).__name__}: {exc}")
         return {}
     try:
         n = pynvml.nvmlDeviceGetCount()
@@ -91,12 +96,14 @@ def device_map() -> dict[int, DeviceInfo]:
                 else:
                     order.extend(i for i, u in uuids.items() if u.startswith(tok))
         return {ordinal: DeviceInfo(uuids[i], i, _s(pynvml.nvmlDeviceGetName(handles[i]))) for ordinal, i in enumerate(order)}
-    except Exception:
+    except Exception as exc:
+        if errors is not None:
+            errors.append(f"NVML device map: {type(exc).__name__}: {exc}")
         return {}
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # cleanup only: the map above is complete or its failure already reported
             pass
 
 

@@ -76,6 +76,7 @@ class Session:
         self.duty_log: list[tuple] = []  # (unix time, duty, f_on, on_s, cost_s, cycle_s, period_s)
         self.errors = 0
         self.dropped_total = 0
+        self._device_map_failed = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> "Session":
@@ -146,7 +147,7 @@ class Session:
             self.agg.add_traced_time(on_since, now)
         self._account(now, on_s=0.0)
         self.meta.alive_to_s = now
-        self.meta.devices = self.meta.devices or device_map()
+        self.meta.devices = self.meta.devices or self._device_map(now)
         self.spool.add_windows(self.agg.take_all())
         self.spool.rotate(final=True)
         self.spool.close()
@@ -219,6 +220,19 @@ class Session:
             self._error(time.time(), f"pause ({self.off_mode})", exc)
             return False
 
+    def _device_map(self, now: float):
+        """NVML's device map, looked up until it works; a failure is counted once (rows then have no
+        GPU UUID). A replay has no GPU by design: nothing to look up."""
+        if os.environ.get("CUDAWATCH_REPLAY"):
+            return {}
+        errors: list[str] = []
+        devices = device_map(errors)
+        if errors and not self._device_map_failed:
+            self._device_map_failed = True
+            self.errors += 1
+            self.agg.note_health(now, error=errors[-1])
+        return devices
+
     def _error(self, now: float, what: str, exc: BaseException) -> None:
         """Count a failed collector operation in the health row of the window at ``now``."""
         self.errors += 1
@@ -259,7 +273,7 @@ class Session:
         closed = self.agg.take_closed(now, grace_s=2 * (self.controller.period_s() if self.adaptive else self.period_s) + 1)
         if closed:
             if not self.meta.devices:
-                self.meta.devices = device_map()
+                self.meta.devices = self._device_map(now)
             self.spool.add_windows(closed)
             self._write_status(now, closed[-1])
         self.spool.rotate(now)
