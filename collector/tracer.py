@@ -29,7 +29,7 @@ from operator import attrgetter
 from cupti import cupti  # noqa: F401  (ImportError tells the caller CUPTI is missing)
 
 from collector.aggregate import COPY_KINDS, MEMORY_KINDS, Aggregator
-from collector.budget import BufferBudget
+from collector.budget import BufferBudget, trim_heap
 
 AK = cupti.ActivityKind
 TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
@@ -78,6 +78,7 @@ class CuptiTracer:
         self.buffers_completed = 0
         self.attached = False
         self.enabled = False
+        self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
         self._dump_left = dump_max
@@ -198,6 +199,7 @@ class CuptiTracer:
                 cupti.finalize()
                 self.attached = False
                 self.enabled = False
+            self.trims += trim_heap()
         if final and self._dump is not None:
             self._dump.close()
             self._dump = None

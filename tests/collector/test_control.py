@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.budget import BufferBudget
+from collector.budget import BufferBudget, trim_heap
 from collector.control import DutyController, Estimate
 
 
@@ -131,3 +131,24 @@ def test_budget_split_is_bounded_by_the_total():
     assert (b.host_buffer, b.device_buffer, b.device_pool_limit) == (8 << 20, 4 << 20, 4)
     with pytest.raises(ValueError):
         BufferBudget(1000)
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_freed_buffer_memory_goes_back_to_the_os():
+    """What the tracer does after each detach: host buffers of CUPTI's size, malloc'd, written and
+    freed as the binding does, are released by trim_heap (glibc reports 1 when it returned memory)."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    size = BufferBudget().host_buffer
+    first = libc.malloc(size)
+    ctypes.memset(first, 1, size)
+    libc.free(first)  # glibc raises its mmap threshold: the next buffers come from the heap
+    bufs = [libc.malloc(size) for _ in range(4)]
+    for b in bufs:
+        ctypes.memset(b, 1, size)
+    for b in bufs:
+        libc.free(b)
+    assert trim_heap() == 1
