@@ -7,7 +7,9 @@
 ``measure`` starts the collector in-process (default settings, 60 s windows unless
 CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
 It reports the RSS slope (least squares over the run after the first 20 %, MiB per minute), the
-peak growth, the collector's open signatures, and the shard volume: bytes actually written, and an
+peak growth, the collector's open signatures, the traced fraction actually used (time-weighted
+``sampling_duty`` of the health rows; the controller's duty at the end is reported separately),
+records delivered, without timestamps and dropped, and the shard volume: bytes actually written, and an
 extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
 repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
 """
@@ -142,11 +144,20 @@ def measure(seconds: float, collect: bool) -> dict:
     if session is not None:
         result["records"] = session.agg.records_total
         result["max_open_signatures"] = max(sigs) if sigs else None
-        result["duty_final"] = session.controller.duty
-        result["dropped"] = None
+        result["controller_duty_at_end"] = session.controller.duty
         import collector
 
         collector.stop()
+        result["dropped"] = session.dropped_total
+        result["records_delivered"] = session.agg.delivered_total
+        result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
+        # the traced fraction actually used: time-weighted sampling_duty of the health rows
+        from cudawatch.shards import list_shards, read_shard
+
+        health = [r for f in list_shards(root, "health") for r in read_shard(f).to_pylist()]
+        result["sampling_duty_mean"] = (sum(r["sampling_duty"] * r["window_s"] for r in health) /
+                                        sum(r["window_s"] for r in health)) if health else None
+        result["data_quality"] = sorted({r["data_quality"] for r in health if r.get("data_quality")})
         shards = [p for p in root.rglob("*.parquet") if ".spool" not in p.parts]
         result["shards"] = len(shards)
         result["shard_bytes_written"] = sum(p.stat().st_size for p in shards)
