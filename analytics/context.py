@@ -2,7 +2,7 @@
 
 Root-cause rules (analytics.rules) are pure functions over a ``RegressionContext``; this module is
 the only place they get data from. ``load_context`` reads the warehouse (one DuckDB connection, the
-views of analytics.warehouse) for two windows of ``hours`` hours: ``[onset - hours, onset)`` and
+views of analytics.store) for two windows of ``hours`` hours: ``[onset - hours, onset)`` and
 ``[onset, onset + hours)``. Both windows hold plain numbers, so tests build contexts by hand.
 """
 
@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analytics import warehouse
+from analytics import store
 from analytics.results import Regression
 
 #: NVML clock event reasons that mean "slowed down by power or heat" (pynvml names
@@ -240,9 +240,9 @@ def _utc(ts: dt.datetime) -> dt.datetime:
 
 # --- warehouse queries (parameterised; each reads both windows at once, split by `side`) -----
 
-_DUTY = warehouse.DUTY
-#: The launch signature text of analytics.warehouse's kernel_hourly view (same expression).
-_SIGNATURE = warehouse.SIGNATURE
+_DUTY = store.DUTY
+#: The launch signature text of analytics.store's kernel_hourly view (same expression).
+_SIGNATURE = store.SIGNATURE
 _DEVICE_SERIES = ("sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_bytes_s",
                   "pcie_rx_bytes_s", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
 

@@ -1,6 +1,6 @@
 """The hourly series cudawatch watches, and loading them from the warehouse as a matrix.
 
-Each ``SeriesSpec`` is one SQL query over the hourly views (analytics/warehouse.py) that yields
+Each ``SeriesSpec`` is one SQL query over the hourly views (analytics/store/schema.py) that yields
 ``(hour, job, kernel, kernel_id, gpu_uuid, signature, value, weight)`` rows; ``load_matrix`` turns
 the rows of a trailing window into a (series x hours) float matrix with NaN for missing hours, so
 baselines and detection work on arrays, not rows.

@@ -1,4 +1,4 @@
-"""Time the hourly DAG's steps (analytics.pipeline) on a simulated fleet, outside Airflow.
+"""Time the hourly DAG's steps (app.steps) on a simulated fleet, outside Airflow.
 
     python benchmarks/airflow_hourly.py --gpus 64 --hours 48
 
@@ -30,31 +30,32 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="cudawatch-bench-"))
     os.environ.update(CUDAWATCH_SHARDS=str(work / "shards"), CUDAWATCH_DB=str(work / "cudawatch.duckdb"),
                       CUDAWATCH_REPORTS=str(work / "reports"))
-    from analytics import pipeline, warehouse
-    from cudawatch.simulator import simulate_fleet
+    from analytics import store
+    from app import steps
+    from simulator import simulate_fleet
 
     start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     t = time.perf_counter()
     simulate_fleet(work / "shards", gpus=args.gpus, hours=args.hours, seed=args.seed, start=start)
     sim_s = time.perf_counter() - t
-    con = warehouse.connect(work / "cudawatch.duckdb")
+    con = store.connect(work / "cudawatch.duckdb")
     t = time.perf_counter()
     for h in range(args.hours - 1):
-        warehouse.ingest_shards(work / "shards", con, hour=start + dt.timedelta(hours=h))
+        store.ingest_shards(work / "shards", con, hour=start + dt.timedelta(hours=h))
     history_s = time.perf_counter() - t
     con.close()
 
     hour = start + dt.timedelta(hours=args.hours - 1)
-    part = pipeline.hourly_partitions()[0]
+    part = steps.hourly_partitions()[0]
     runs = []
     for attempt in ("first", "rerun"):
         steps = {}
-        t = time.perf_counter(); pipeline.check_arrival(part, hour); steps["wait_for_shards"] = time.perf_counter() - t
-        t = time.perf_counter(); pipeline.ingest_hour(part, hour); steps["ingest"] = time.perf_counter() - t
-        t = time.perf_counter(); pipeline.update_baselines(hour); steps["update_baselines"] = time.perf_counter() - t
-        t = time.perf_counter(); regs = pipeline.detect(hour); steps["detect"] = time.perf_counter() - t
-        t = time.perf_counter(); regs = pipeline.root_cause(hour, regs); steps["root_cause"] = time.perf_counter() - t
-        t = time.perf_counter(); pipeline.send_alerts(hour, regs); steps["send_alerts"] = time.perf_counter() - t
+        t = time.perf_counter(); steps.check_arrival(part, hour); steps["wait_for_shards"] = time.perf_counter() - t
+        t = time.perf_counter(); steps.ingest_hour(part, hour); steps["ingest"] = time.perf_counter() - t
+        t = time.perf_counter(); steps.update_baselines(hour); steps["update_baselines"] = time.perf_counter() - t
+        t = time.perf_counter(); regs = steps.detect(hour); steps["detect"] = time.perf_counter() - t
+        t = time.perf_counter(); regs = steps.root_cause(hour, regs); steps["root_cause"] = time.perf_counter() - t
+        t = time.perf_counter(); steps.send_alerts(hour, regs); steps["send_alerts"] = time.perf_counter() - t
         runs.append({"run": attempt, "regressions": len(regs), "steps_s": {k: round(v, 2) for k, v in steps.items()},
                      "total_s": round(sum(steps.values()), 2)})
     print(json.dumps({

@@ -3,7 +3,7 @@
 Runs cudawatch's detector (hourly, as deployed: tail screen + change points + regression rules;
 and offline on whole series), Apache Otava (``compute_change_points`` with its defaults), ruptures
 PELT and Binseg (l2 cost, BIC penalty 2 sigma^2 log n) and the design article's EWMA-deviation
-rule on the same labelled corpus (cudawatch/simulator/corpus.py), then times detection over
+rule on the same labelled corpus (simulator/corpus.py), then times detection over
 100,000 series x 168 h and one incremental hourly update.
 
     .venv/bin/python benchmarks/detection.py                 # ~5 min on 2 cores
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from analytics.changepoint import detect_change_points  # noqa: E402
 from analytics.detect import DetectConfig, estimate_drift, ewma, find_steps, screen_tail  # noqa: E402
-from cudawatch.simulator.corpus import make_corpus  # noqa: E402
+from simulator.corpus import make_corpus  # noqa: E402
 
 MATCH_H = 3
 START = 48  # hourly runs start after two days of history

@@ -2,7 +2,7 @@
 
     python benchmarks/ingest.py --gpus 128 --hours 24
 
-Simulates a fleet once, then in the same run loads it (a) with ``analytics.warehouse.ingest_shards``
+Simulates a fleet once, then in the same run loads it (a) with ``analytics.store.ingest_shards``
 (validation of every shard against the contract, ledger, quarantine, one transaction per batch)
 and (b) with one ``CREATE TABLE ... AS SELECT * FROM read_parquet('<table>/**/*.parquet')`` per
 table, which does none of that. Also times a second, no-op ingest (idempotency check only).
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import duckdb
 
-from analytics import warehouse
+from analytics import store
 from cudawatch import shards as sh
-from cudawatch import simulator
+import simulator
 
 
 def main() -> None:
@@ -41,12 +41,12 @@ def main() -> None:
         files = sh.list_shards(root)
         size = sum(f.stat().st_size for f in files)
 
-        con = warehouse.connect(Path(tmp) / "cw.duckdb")
+        con = store.connect(Path(tmp) / "cw.duckdb")
         t = time.perf_counter()
-        result = warehouse.ingest_shards(root, con)
+        result = store.ingest_shards(root, con)
         ours = time.perf_counter() - t
         t = time.perf_counter()
-        warehouse.ingest_shards(root, con)
+        store.ingest_shards(root, con)
         noop = time.perf_counter() - t
         con.close()
         rows = sum(result.rows.values())

@@ -35,9 +35,9 @@ def main() -> None:
 
     import duckdb
 
-    from analytics import warehouse
+    from analytics import store
     from cudawatch.config import AlertConfig
-    from cudawatch.demo import run_demo
+    from app.demo import run_demo
     from reports import email, render
     from reports.alerts import send_new_alerts
     from reports.http import RetryPolicy
@@ -57,7 +57,7 @@ def main() -> None:
     print(f"write_report: {t_html:.2f} s; report.html {out.stat().st_size / 1e3:.0f} kB + {len(details)} detail pages "
           f"({sum(p.stat().st_size for p in details) / 1e3:.0f} kB)")
 
-    con = warehouse.connect(demo.db, read_only=True)
+    con = store.connect(demo.db, read_only=True)
     t = time.perf_counter()
     rep = render.build_report(con, render._parse_day(None, con), image_mode="cid")
     msg = email.build_report_message(rep.html, rep.text, rep.images, sender="a@example.org", to=["b@example.org"], subject=rep.subject)

@@ -115,8 +115,8 @@ def _summary(reg) -> dict:
 
 def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int, pct: float | None = None) -> dict:
     """One fleet with one injection of ``kind`` (None: a clean fleet), analysed hour by hour."""
-    from analytics import detect, rules, warehouse
-    from cudawatch import simulator
+    from analytics import detect, rules, store
+    import simulator
 
     tmp = Path(tempfile.mkdtemp(prefix="rootcause-"))
     try:
@@ -129,8 +129,8 @@ def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int,
         simulator.simulate_fleet(tmp / "shards", gpus=gpus, hours=hours, seed=seed, start=START, injections=injections)
         truth = json.loads((tmp / "shards" / "ground_truth.json").read_text())
         truth = truth.get("regressions", truth) if isinstance(truth, dict) else truth
-        con = warehouse.connect(tmp / "w.duckdb")
-        warehouse.ingest_shards(tmp / "shards", con)
+        con = store.connect(tmp / "w.duckdb")
+        store.ingest_shards(tmp / "shards", con)
         last = START + dt.timedelta(hours=hours - 1)
         # hourly runs from just before onset to 8 hours after it (new events show up there), then the last hour
         first = START + dt.timedelta(hours=max(24, onset - 1) if kind not in (None, "default") else 24)
@@ -213,7 +213,7 @@ def workers_note(workers: int) -> str:
 
 
 def main(argv=None) -> int:
-    from cudawatch.simulator import injections as inj
+    from simulator import injections as inj
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=3)

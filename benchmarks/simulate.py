@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cudawatch.simulator import simulate_fleet
+from simulator import simulate_fleet
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 

@@ -1,3 +1,3 @@
-from cudawatch.cli import main
+from app.cli import main
 
 main()

@@ -41,15 +41,15 @@ default_args = {
 def cudawatch_daily_report():
     @task(pool=POOL)
     def build_report(data_interval_start=None) -> str:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.build_daily_report(data_interval_start)
+        return steps.build_daily_report(data_interval_start)
 
     @task
     def email_report(report_dir: str, data_interval_start=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.email_daily_report(data_interval_start, report_dir)
+        return steps.email_daily_report(data_interval_start, report_dir)
 
     email_report(build_report())
 

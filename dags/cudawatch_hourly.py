@@ -50,46 +50,46 @@ default_args = {
 def cudawatch_hourly():
     @task
     def partitions() -> list[dict]:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.hourly_partitions()
+        return steps.hourly_partitions()
 
     @task.sensor(poke_interval=120, timeout=3 * 3600, mode="reschedule")
     def wait_for_shards(partition: dict, data_interval_start=None) -> PokeReturnValue:
-        from analytics import pipeline
+        from app import steps
 
-        done, _arrival = pipeline.check_arrival(partition, data_interval_start)
+        done, _arrival = steps.check_arrival(partition, data_interval_start)
         return PokeReturnValue(is_done=done, xcom_value=partition)
 
     @task(pool=POOL)
     def ingest(partition: dict, data_interval_start=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.ingest_hour(partition, data_interval_start)
+        return steps.ingest_hour(partition, data_interval_start)
 
     @task(pool=POOL)
     def update_baselines(ingested, data_interval_start=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.update_baselines(data_interval_start)
+        return steps.update_baselines(data_interval_start)
 
     @task(pool=POOL)
     def detect(baselines: dict, data_interval_start=None) -> list[dict]:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.detect(data_interval_start)
+        return steps.detect(data_interval_start)
 
     @task(pool=POOL)
     def root_cause(regressions: list[dict], data_interval_start=None) -> list[dict]:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.root_cause(data_interval_start, regressions)
+        return steps.root_cause(data_interval_start, regressions)
 
     @task(pool=POOL)
     def send_alerts(regressions: list[dict], data_interval_start=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.send_alerts(data_interval_start, regressions)
+        return steps.send_alerts(data_interval_start, regressions)
 
     arrived = wait_for_shards.expand(partition=partitions())
     ingested = ingest.expand(partition=arrived)

@@ -41,21 +41,21 @@ default_args = {
 def cudawatch_maintenance():
     @task(pool=POOL)
     def compact_shards(data_interval_end=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.compact_shards(data_interval_end)
+        return steps.compact_shards(data_interval_end)
 
     @task(pool=POOL)
     def apply_retention(data_interval_end=None) -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.apply_retention(data_interval_end)
+        return steps.apply_retention(data_interval_end)
 
     @task(pool=POOL)
     def checkpoint() -> dict:
-        from analytics import pipeline
+        from app import steps
 
-        return pipeline.checkpoint_warehouse()
+        return steps.checkpoint_warehouse()
 
     compact_shards() >> apply_retention() >> checkpoint()
 

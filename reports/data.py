@@ -1,6 +1,6 @@
 """What a report shows, read from the warehouse: one function per report section.
 
-Every function takes a DuckDB connection (from ``analytics.warehouse.connect``) and a UTC window
+Every function takes a DuckDB connection (from ``analytics.store.connect``) and a UTC window
 ``[start, end)`` and returns plain Python values; no HTML here. SQL reads the hourly views
 (``kernel_hourly``, ``job_hourly``, ``device_hourly``) and the raw ``device``, ``health``,
 ``shard_ledger`` and ``quarantine`` tables described in docs/warehouse.md. A missing table or view

@@ -345,10 +345,10 @@ def write_report(db, out, date: str | dt.date | None = None, *, regressions: lis
 
     For the last day of the data, regressions that began on earlier days and are still open are
     included as ``ongoing``, so a 48 h demo's report shows everything still wrong."""
-    from analytics import warehouse
+    from analytics import store
 
     out = Path(out)
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         day = _parse_day(date, con)
         rendered = build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",

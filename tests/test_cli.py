@@ -9,7 +9,7 @@ import sys
 from typer.testing import CliRunner
 
 from cudawatch import shards as sh
-from cudawatch.cli import app
+from app.cli import app
 from tests.test_shards import HOUR, kernel_rows
 
 runner = CliRunner()
@@ -84,7 +84,7 @@ def test_ingest_waits_for_the_writer_lock(tmp_path):
     root, db = _shards(tmp_path), tmp_path / "w.duckdb"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time\nfrom analytics.locking import writer_lock\n"
+         "import sys, time\nfrom analytics.store.locking import writer_lock\n"
          f"with writer_lock({str(db)!r}):\n    print('held', flush=True)\n    time.sleep(2)\n"],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cudawatch.cli import app
-from cudawatch.demo import run_demo
+from app.cli import app
+from app.demo import run_demo
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analytics import warehouse
+from analytics import store
 from cudawatch import shards
-from cudawatch.simulator import CORE_KINDS, Injection, parse_injections, simulate_fleet
-from cudawatch.simulator.injections import default_onsets
+from simulator import CORE_KINDS, Injection, parse_injections, simulate_fleet
+from simulator.injections import default_onsets
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
@@ -28,8 +28,8 @@ def _at(hour: int) -> dt.datetime:
 def _db(tmp_path_factory, name: str, **kwargs):
     root = tmp_path_factory.mktemp(name)
     truth = simulate_fleet(root / "shards", start=START, **kwargs)
-    con = warehouse.connect(root / "w.duckdb")
-    warehouse.ingest_shards(root / "shards", con)
+    con = store.connect(root / "w.duckdb")
+    store.ingest_shards(root / "shards", con)
     return truth, con, root / "shards"
 
 
@@ -173,7 +173,7 @@ def test_clean_fleet_has_no_injections_and_realistic_noise(clean_run):
 
 
 def test_fleet_layout_for_large_fleets():
-    from cudawatch.simulator.fleet import build_fleet
+    from simulator.fleet import build_fleet
 
     fleet = build_fleet(1024, np.random.default_rng(0))
     assert len(fleet.hosts) == 128 and fleet.hosts[0] == "gpu-node-000" and fleet.hosts[-1] == "gpu-node-127"
@@ -192,8 +192,8 @@ def test_fleet_layout_for_large_fleets():
 
 def test_inference_load_is_diurnal(tmp_path):
     simulate_fleet(tmp_path / "s", gpus=4, hours=24, seed=1, start=START, injections=[])
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(tmp_path / "s", con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(tmp_path / "s", con)
     launches = [r[0] for r in con.execute("SELECT launches FROM job_hourly WHERE job = 'serve-llama' ORDER BY hour").fetchall()]
     assert len(launches) == 24 and max(launches) / min(launches) > 2.0
     train = [r[0] for r in con.execute("SELECT launches FROM job_hourly WHERE job = 'train-llama' ORDER BY hour").fetchall()]
@@ -201,12 +201,12 @@ def test_inference_load_is_diurnal(tmp_path):
 
 
 def test_training_jobs_restart_with_new_run_ids(tmp_path, monkeypatch):
-    from cudawatch.simulator import plan
+    from simulator import plan
 
     monkeypatch.setattr(plan, "RESTART_EVERY_H", 3.0)
     simulate_fleet(tmp_path / "s", gpus=4, hours=10, seed=4, start=START, injections=[])
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(tmp_path / "s", con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(tmp_path / "s", con)
     runs = con.execute("""SELECT gpu_uuid, count(DISTINCT run_id), count(DISTINCT pid) FROM kernels
                           WHERE job = 'train-llama' GROUP BY gpu_uuid""").fetchall()
     assert len(runs) == 2 and all(n_run > 1 and n_pid == n_run for _, n_run, n_pid in runs)
@@ -335,8 +335,8 @@ def test_extra_kinds_are_visible(tmp_path):
     ])
     truth = simulate_fleet(tmp_path / "s", gpus=8, hours=10, seed=2, start=START, injections=injections)
     assert [r["kind"] for r in truth.regressions] == [i.kind for i in injections]
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(tmp_path / "s", con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(tmp_path / "s", con)
     gbps = _hourly(con, "SELECT hour, bytes_per_ns FROM memcpy_hourly WHERE job = 'train-vit' AND copy_kind = 'HtoD'"
                         " AND src_kind = 'pinned' AND bytes / count > 1e6")
     assert _ratio(gbps, 4) == pytest.approx(1 / 1.4, abs=0.04)

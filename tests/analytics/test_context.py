@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from analytics import rules, warehouse
+from analytics import rules, store
 from analytics.context import load_context
 from analytics.results import Regression
 from cudawatch import shards as sh
@@ -71,8 +71,8 @@ def build(root):
 def con(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ctx")
     build(tmp / "shards")
-    c = warehouse.connect(tmp / "w.duckdb")
-    warehouse.ingest_shards(tmp / "shards", c)
+    c = store.connect(tmp / "w.duckdb")
+    store.ingest_shards(tmp / "shards", c)
     yield c
     c.close()
 
@@ -195,8 +195,8 @@ def test_clean_job_gets_no_causes(tmp_path):
         rows = [kernel_row(hour + dt.timedelta(minutes=10 * w), g, GEMM, "gemm_kernel()", 100_000 * (1 + 0.003 * ((h * 7 + w) % 5 - 2)), GEMM_N,
                            pid=100 + i) for w in range(6) for i, g in enumerate(GPUS)]
         sh.write_shard(root, "kernels", pa.Table.from_pylist(rows), hour, host="node-0", pid=1)
-    c = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(root, c)
+    c = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(root, c)
     (out,) = rules.attach_causes(c, [reg()], hours=WIN)
     assert out.causes == ()
     assert c.execute("SELECT count(*) FROM findings").fetchone()[0] == 0
@@ -206,8 +206,8 @@ def test_cli_analyze_json_fills_causes_on_a_simulated_fleet(tmp_path):
     """End to end: simulator shards -> ingest -> `cudawatch analyze --json` names the injected cause first."""
     from typer.testing import CliRunner
 
-    from cudawatch import simulator
-    from cudawatch.cli import app
+    import simulator
+    from app.cli import app
 
     simulator.simulate_fleet(tmp_path / "shards", gpus=4, hours=32, seed=3, start=START,
                              injections=simulator.parse_injections(["kind=kernel_slowdown,hour=27,pct=15"]))

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analytics import baselines, detect, warehouse
+from analytics import baselines, detect, store
 from analytics.detect import DetectConfig, ewma_deviation_check
 from cudawatch import shards as sh
 
@@ -58,12 +58,12 @@ def warehouse_with(tmp_path, **kw):
     if key not in _TEMPLATES:
         base = tmp_path / "template"
         build(base / "shards", **kw)
-        con = warehouse.connect(base / "w.duckdb")
-        warehouse.ingest_shards(base / "shards", con)
+        con = store.connect(base / "w.duckdb")
+        store.ingest_shards(base / "shards", con)
         con.close()
         _TEMPLATES[key] = (base / "w.duckdb").read_bytes()
     (tmp_path / "w.duckdb").write_bytes(_TEMPLATES[key])
-    return warehouse.connect(tmp_path / "w.duckdb")
+    return store.connect(tmp_path / "w.duckdb")
 
 
 def table(con):
@@ -136,12 +136,12 @@ def test_load_regressions_filters_and_fills_causes(tmp_path):
     assert detect.load_regressions(con, until=START + 58 * H) == []
     assert detect.load_regressions(con, statuses=("resolved",)) == []
     con.close()
-    ro = warehouse.connect(tmp_path / "w.duckdb", read_only=True)  # readers work on read-only connections
+    ro = store.connect(tmp_path / "w.duckdb", read_only=True)  # readers work on read-only connections
     assert [r.event_id for r in detect.load_regressions(ro)] == [reg.event_id]
 
 
 def test_empty_warehouse_gives_no_regressions(tmp_path):
-    con = warehouse.connect(tmp_path / "empty.duckdb")
+    con = store.connect(tmp_path / "empty.duckdb")
     assert detect.load_regressions(con) == []  # before any detection run: no table yet
     baselines.update_baselines(con, START)
     assert detect.detect_regressions(con, START + dt.timedelta(minutes=30)) == []
@@ -163,12 +163,12 @@ DETECTABLE = {"kernel_slowdown", "launch_config_change", "new_kernel", "more_lau
 
 
 def run_fleet(tmp_path, injections):
-    from cudawatch import simulator
+    import simulator
 
     root = tmp_path / "fleet"
     simulator.simulate_fleet(root, gpus=16, hours=48, seed=7, start=START, injections=injections)
-    con = warehouse.connect(tmp_path / "fleet.duckdb")
-    warehouse.ingest_shards(root, con, tables=("kernels", "memcpy", "device"))  # health is not detected on
+    con = store.connect(tmp_path / "fleet.duckdb")
+    store.ingest_shards(root, con, tables=("kernels", "memcpy", "device"))  # health is not detected on
     as_of = START + 47 * H
     baselines.update_baselines(con, as_of)
     regs = detect.detect_regressions(con, as_of)

@@ -8,9 +8,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from analytics import warehouse
+from analytics import store
 from analytics.diff import SCHEMA, trace_diff
-from cudawatch.cli import app
+from app.cli import app
 from tests.analytics.test_context import GEMM, GEMM_N, NORM, ONSET, SOFTMAX, START, build
 
 
@@ -19,8 +19,8 @@ def db(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("diff")
     build(tmp / "shards")
     path = tmp / "w.duckdb"
-    con = warehouse.connect(path)
-    warehouse.ingest_shards(tmp / "shards", con)
+    con = store.connect(path)
+    store.ingest_shards(tmp / "shards", con)
     con.close()
     return path
 
@@ -30,7 +30,7 @@ def rows_of(table):
 
 
 def test_added_removed_slower_sorted_by_impact(db):
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     table = trace_diff(con, "train", START, ONSET, hours=6)
     assert table.schema == SCHEMA
     assert table.column("kernel_id").to_pylist()[0] == GEMM  # the biggest GPU-time change comes first
@@ -48,7 +48,7 @@ def test_added_removed_slower_sorted_by_impact(db):
 
 
 def test_same_and_faster(db):
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     same = rows_of(trace_diff(con, "train", START, START + dt.timedelta(hours=3), hours=3))
     assert {r["status"] for r in same.values()} == {"same"}
     faster = rows_of(trace_diff(con, "train", ONSET, START, hours=6))  # the windows swapped
@@ -57,7 +57,7 @@ def test_same_and_faster(db):
 
 
 def test_bad_input_is_a_clear_error(db):
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     with pytest.raises(ValueError, match="job 'nope' has no kernel data.*train"):
         trace_diff(con, "nope", START, ONSET, hours=6)
     with pytest.raises(ValueError, match="overlap"):

@@ -6,13 +6,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from analytics import warehouse
+from analytics import store
 from cudawatch import shards as sh
 from tests.test_shards import HOUR, kernel_rows
 
 
 def counts(con):
-    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (*warehouse.RAW_TABLES, "shard_ledger")}
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (*store.RAW_TABLES, "shard_ledger")}
 
 
 def device_rows(hour, n=4):
@@ -31,11 +31,11 @@ def shard_root(tmp_path):
 
 
 def test_loading_twice_counts_once(shard_root, tmp_path):
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    first = warehouse.ingest_shards(shard_root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    first = store.ingest_shards(shard_root, con)
     assert (first.loaded, first.skipped, first.rows) == (6, 0, {"kernels": 9, "device": 12})
     before = counts(con)
-    second = warehouse.ingest_shards(shard_root, con)
+    second = store.ingest_shards(shard_root, con)
     assert (second.loaded, second.skipped) == (0, 6)
     assert counts(con) == before == {"kernels": 9, "memcpy": 0, "device": 12, "health": 0, "shard_ledger": 6}
 
@@ -43,37 +43,37 @@ def test_loading_twice_counts_once(shard_root, tmp_path):
 def test_corrupt_shard_is_quarantined_and_the_rest_load(shard_root, tmp_path):
     bad = sh.partition_dir(shard_root, "kernels", HOUR) / "h9-1-bad.parquet"
     bad.write_bytes(b"not parquet at all")
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    result = warehouse.ingest_shards(shard_root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    result = store.ingest_shards(shard_root, con)
     assert result.loaded == 6
     assert [p for p, _ in result.quarantined] == ["kernels/date=2026-11-01/hour=05/h9-1-bad.parquet"]
     reason = con.execute("SELECT reason FROM quarantine").fetchone()[0]
     assert "not a readable Parquet file" in reason
     assert bad.exists(), "a quarantined shard is kept for inspection, never deleted"
-    again = warehouse.ingest_shards(shard_root, con)
+    again = store.ingest_shards(shard_root, con)
     assert (again.loaded, again.quarantined) == (0, [])
 
 
 def test_late_shard_for_an_old_hour_is_loaded(shard_root, tmp_path):
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(shard_root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(shard_root, con)
     sh.write_shard(shard_root, "kernels", kernel_rows(n=1, window_start=HOUR, host="h1"), HOUR, host="h1", pid=7)
-    late = warehouse.ingest_shards(shard_root, con)
+    late = store.ingest_shards(shard_root, con)
     assert (late.loaded, late.rows) == (1, {"kernels": 1})
     assert con.execute("SELECT count(DISTINCT host) FROM kernels WHERE window_start = ?", [HOUR]).fetchone()[0] == 2
 
 
 def test_hour_filter_loads_one_partition(shard_root, tmp_path):
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    result = warehouse.ingest_shards(shard_root, con, hour=HOUR + dt.timedelta(hours=1))
+    con = store.connect(tmp_path / "w.duckdb")
+    result = store.ingest_shards(shard_root, con, hour=HOUR + dt.timedelta(hours=1))
     assert result.loaded == 2
     hours = con.execute("SELECT DISTINCT partition_hour FROM shard_ledger").fetchall()
     assert [h[0] for h in hours] == [HOUR + dt.timedelta(hours=1)]
 
 
 def test_views_aggregate_hourly(shard_root, tmp_path):
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(shard_root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(shard_root, con)
     rows = con.execute("SELECT hour, launches, mean_ns, signature FROM kernel_hourly ORDER BY hour").fetchall()
     assert len(rows) == 3
     assert rows[0][1] == 33 and rows[0][2] == pytest.approx(3000 / 33)
@@ -83,37 +83,37 @@ def test_views_aggregate_hourly(shard_root, tmp_path):
 def test_sampling_duty_scales_counts_not_durations(tmp_path):
     root = tmp_path / "shards"
     sh.write_shard(root, "kernels", kernel_rows(n=1, sampling_duty=0.25), HOUR)
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(root, con)
     launches, mean_ns = con.execute("SELECT launches, mean_ns FROM kernel_hourly").fetchone()
     assert (launches, mean_ns) == (40, 100)
 
 
 def test_query_is_read_only(shard_root, tmp_path):
     db = tmp_path / "w.duckdb"
-    con = warehouse.connect(db)
-    warehouse.ingest_shards(shard_root, con)
+    con = store.connect(db)
+    store.ingest_shards(shard_root, con)
     con.close()
-    assert warehouse.query(db, "SELECT count(*) AS n FROM kernels").to_pylist() == [{"n": 9}]
+    assert store.query(db, "SELECT count(*) AS n FROM kernels").to_pylist() == [{"n": 9}]
     with pytest.raises(duckdb.Error, match="read-only"):
-        warehouse.query(db, "DELETE FROM kernels")
+        store.query(db, "DELETE FROM kernels")
 
 
 def test_query_on_missing_warehouse_is_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="run `cudawatch ingest` first"):
-        warehouse.query(tmp_path / "nope.duckdb", "SELECT 1")
+        store.query(tmp_path / "nope.duckdb", "SELECT 1")
 
 
 def test_quarantined_shard_is_retried_once_rewritten(shard_root, tmp_path):
     bad = sh.partition_dir(shard_root, "kernels", HOUR) / "h9-1-fix.parquet"
     bad.write_bytes(b"truncated")
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    assert len(warehouse.ingest_shards(shard_root, con).quarantined) == 1
+    con = store.connect(tmp_path / "w.duckdb")
+    assert len(store.ingest_shards(shard_root, con).quarantined) == 1
     # The producer rewrites the file correctly (same name): the next ingest loads it.
     import pyarrow.parquet as pq
 
     pq.write_table(sh.conform("kernels", kernel_rows(n=2, host="h9")), bad)
-    again = warehouse.ingest_shards(shard_root, con)
+    again = store.ingest_shards(shard_root, con)
     assert (again.loaded, again.quarantined, again.rows) == (1, [], {"kernels": 2})
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
 
@@ -121,8 +121,8 @@ def test_quarantined_shard_is_retried_once_rewritten(shard_root, tmp_path):
 def test_views_scale_counts_in_double_precision(tmp_path):
     root = tmp_path / "shards"
     sh.write_shard(root, "kernels", kernel_rows(n=1, launches=123456789, sampling_duty=0.5), HOUR)
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    warehouse.ingest_shards(root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    store.ingest_shards(root, con)
     assert con.execute("SELECT launches FROM kernel_hourly").fetchone()[0] == 246913578
 
 
@@ -142,8 +142,8 @@ def test_a_value_duckdb_cannot_cast_quarantines_only_that_shard(tmp_path):
     bad_rows = sh.conform("kernels", kernel_rows(n=1)).set_column(
         sh.KERNELS.get_field_index("launches"), "launches", pa.array(["lots"]))
     _write_raw(root, "h1-2-bad.parquet", bad_rows)
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    result = warehouse.ingest_shards(root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    result = store.ingest_shards(root, con)
     assert result.loaded == 1 and result.rows == {"kernels": 2}
     assert [p.rsplit("/", 1)[1] for p, _ in result.quarantined] == ["h1-2-bad.parquet"]
     assert "launches" in result.quarantined[0][1]
@@ -156,8 +156,8 @@ def test_missing_nullable_and_extra_columns_and_files_without_statistics_load(tm
     lean = sh.conform("kernels", kernel_rows(n=2)).drop(["hist_bucket", "hist_count", "sampling_duty"])
     _write_raw(root, "h0-1-lean.parquet", lean.append_column("note", pa.array(["x", "y"])))
     _write_raw(root, "h0-2-nostats.parquet", sh.conform("kernels", kernel_rows(n=3)))
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    result = warehouse.ingest_shards(root, con)
+    con = store.connect(tmp_path / "w.duckdb")
+    result = store.ingest_shards(root, con)
     assert (result.loaded, result.quarantined, result.rows) == (2, [], {"kernels": 5})
     rows = con.execute("SELECT count(*), count(hist_bucket), count(sampling_duty), sum(launches) FROM kernels").fetchone()
     assert rows == (5, 3, 3, 10 + 11 + 10 + 11 + 12)

@@ -73,7 +73,7 @@ with mock.patch.object(Variable, "get", deny("Variable.get")), \
      mock.patch.object(BaseHook, "get_connection", deny("BaseHook.get_connection")):
     from airflow.dag_processing.dagbag import DagBag
     bag = DagBag(dag_folder=sys.argv[1])
-heavy = sorted(m for m in ("duckdb", "pyarrow", "scipy", "matplotlib", "analytics", "analytics.pipeline", "reports") if m in sys.modules)
+heavy = sorted(m for m in ("duckdb", "pyarrow", "scipy", "matplotlib", "analytics", "app.steps", "reports") if m in sys.modules)
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids), "calls": calls, "heavy": heavy}))
 """
 

@@ -39,18 +39,18 @@ def _counts(db) -> dict:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, airflow_db):
     """Shards of the fleet plus a warehouse holding hours 0..PAST-1 (the history)."""
-    from analytics import warehouse
-    from cudawatch.simulator import simulate_fleet
-    from cudawatch.simulator.injections import Injection
+    from analytics import store
+    from simulator import simulate_fleet
+    from simulator.injections import Injection
 
     base = tmp_path_factory.mktemp("hourly")
     shards, db = base / "shards", base / "cudawatch.duckdb"
     truth = simulate_fleet(shards, gpus=8, hours=29, seed=11, start=START,
                            injections=[Injection("kernel_slowdown", hour=ONSET, pct=25)])
-    con = warehouse.connect(db)
+    con = store.connect(db)
     try:
         for h in range(PAST):
-            warehouse.ingest_shards(shards, con, hour=START + h * HOUR)
+            store.ingest_shards(shards, con, hour=START + h * HOUR)
     finally:
         con.close()
     return {"shards": shards, "db": db, "reports": base / "reports", "truth": truth.regressions[0]}
@@ -147,7 +147,7 @@ def test_daily_report_is_archived_and_emailed(dagbag, fleet, env, smtp_server, m
 
 def test_missing_shard_completes_and_records_gap_across_partitions(dagbag, airflow_db, tmp_path, monkeypatch, webhook):
     """Two clusters (two mapped partitions); one host's kernel shard of the hour never arrives."""
-    from cudawatch.simulator import simulate_fleet
+    from simulator import simulate_fleet
     from cudawatch import shards as sh
 
     roots = {}
@@ -163,12 +163,12 @@ def test_missing_shard_completes_and_records_gap_across_partitions(dagbag, airfl
     # Partitions from the Airflow Variable cudawatch_partitions, which wins over the environment.
     monkeypatch.setenv("AIRFLOW_VAR_CUDAWATCH_PARTITIONS", ",".join(f"{n}={p}" for n, p in roots.items()))
     monkeypatch.setenv("CUDAWATCH_PARTITIONS", f"wrong={tmp_path / 'nowhere'}")
-    from analytics import warehouse
+    from analytics import store
 
-    con = warehouse.connect(db)
+    con = store.connect(db)
     for root in roots.values():
         for h in range(3):
-            warehouse.ingest_shards(root, con, hour=START + h * HOUR)
+            store.ingest_shards(root, con, hour=START + h * HOUR)
     con.close()
 
     dr = _hour_run(dagbag, 3)

@@ -8,7 +8,8 @@ import shutil
 import duckdb
 import pytest
 
-from analytics import maintenance, pipeline, warehouse
+from analytics import maintenance, store
+from app import steps
 from cudawatch import shards as sh
 from tests.dags.conftest import START, run_dag, task_states
 
@@ -18,12 +19,12 @@ HOUR = dt.timedelta(hours=1)
 @pytest.fixture
 def loaded(tmp_path):
     """6 hours of 16 GPUs (two hosts: two small shards per table and hour), all ingested."""
-    from cudawatch.simulator import simulate_fleet
+    from simulator import simulate_fleet
 
     root, db = tmp_path / "shards", tmp_path / "cudawatch.duckdb"
     simulate_fleet(root, gpus=16, hours=6, seed=5, start=START, injections=[])
-    con = warehouse.connect(db)
-    warehouse.ingest_shards(root, con)
+    con = store.connect(db)
+    store.ingest_shards(root, con)
     yield root, db, con
     con.close()
 
@@ -35,7 +36,7 @@ def _raw_counts(con):
 def test_compaction_merges_settled_hours_and_loads_nothing_twice(loaded):
     root, db, con = loaded
     before = _raw_counts(con)
-    hosts_before = pipeline.arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"]
+    hosts_before = steps.arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"]
     result = maintenance.compact_shards(root, con, older_than=START + 4 * HOUR)
     assert (result.partitions, result.merged_files, result.written_files) == (4 * 4, 4 * 4 * 2, 4 * 4)
     for h in range(6):
@@ -43,14 +44,14 @@ def test_compaction_merges_settled_hours_and_loads_nothing_twice(loaded):
         assert len(files) == (1 if h < 4 else 2)
         assert (files[0].name.startswith("compacted-")) == (h < 4)
     # Same rows in the warehouse, and a new ingest finds nothing to load.
-    again = warehouse.ingest_shards(root, con)
+    again = store.ingest_shards(root, con)
     assert again.loaded == 0 and again.quarantined == []
     assert _raw_counts(con) == before
     # The merged files hold exactly the rows that were loaded from their sources.
     merged = sum(pq_rows(p) for p in sh.list_shards(root, "kernels") if p.name.startswith("compacted-"))
     assert merged == con.execute("SELECT count(*) FROM kernels WHERE window_start < ?", [START + 4 * HOUR]).fetchone()[0]
     # The sensor still knows which hosts sent shards for a compacted hour.
-    assert pipeline.arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"] == hosts_before
+    assert steps.arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"] == hosts_before
     # Idempotent: a second run merges nothing.
     assert maintenance.compact_shards(root, con, older_than=START + 4 * HOUR).partitions == 0
 
@@ -63,7 +64,7 @@ def pq_rows(path) -> int:
 
 def test_compaction_leaves_partitions_with_unloaded_shards(loaded, tmp_path):
     root, db, con = loaded
-    from cudawatch.simulator import simulate_fleet
+    from simulator import simulate_fleet
 
     simulate_fleet(tmp_path / "late", gpus=8, hours=1, seed=9, start=START, injections=[])
     late = sh.list_shards(tmp_path / "late", "kernels")[0]
@@ -73,7 +74,7 @@ def test_compaction_leaves_partitions_with_unloaded_shards(loaded, tmp_path):
     assert result.skipped_unloaded == 1
     assert target.exists() and len(sh.list_shards(root, "kernels", START)) == 3
     # Once loaded, the partition is merged (three shards into one).
-    assert warehouse.ingest_shards(root, con, hour=START).loaded == 1
+    assert store.ingest_shards(root, con, hour=START).loaded == 1
     assert maintenance.compact_shards(root, con, older_than=START + HOUR).merged_files == 3
 
 
@@ -89,7 +90,7 @@ def test_interrupted_compaction_is_finished(loaded):
     result = maintenance.compact_shards(root, con, older_than=START + HOUR)
     assert result.finished_interrupted == 2 and result.partitions == 0
     assert [p.name.startswith("compacted-") for p in sh.list_shards(root, "kernels", START)] == [True]
-    assert warehouse.ingest_shards(root, con).loaded == 0
+    assert store.ingest_shards(root, con).loaded == 0
     assert _raw_counts(con) == before
 
 
@@ -113,7 +114,7 @@ def test_retention_and_checkpoint(loaded, tmp_path):
     assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == kept
     assert sh.list_shards(root, "kernels", START) == [] and sh.list_shards(root, "kernels", START + 3 * HOUR)
     # Ledger rows stay, so a deleted shard that reappears is not loaded again.
-    assert warehouse.ingest_shards(root, con).loaded == 0
+    assert store.ingest_shards(root, con).loaded == 0
     out = maintenance.checkpoint(con, db)
     assert out["bytes_after"] > 0
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from analytics import pipeline
-from analytics.locking import LockTimeout, writer_lock
+from app import steps
+from analytics.store.locking import LockTimeout, writer_lock
 from analytics.results import Finding, Regression
 from cudawatch.config import ConfigError
 
@@ -18,7 +18,7 @@ UTC = dt.timezone.utc
 
 HOLD = r"""
 import sys, time
-from analytics.locking import writer_lock
+from analytics.store.locking import writer_lock
 with writer_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -56,31 +56,31 @@ def test_hour_of_accepts_pendulum_iso_and_naive():
     import pendulum
 
     want = dt.datetime(2026, 11, 1, 5, tzinfo=UTC)
-    assert pipeline.hour_of(pendulum.datetime(2026, 11, 1, 5, 20, tz="UTC")) == want
-    assert pipeline.hour_of(pendulum.datetime(2026, 11, 1, 6, 20, tz="Europe/Berlin")) == want
-    assert pipeline.hour_of("2026-11-01T05:59:59Z") == want
-    assert pipeline.hour_of(dt.datetime(2026, 11, 1, 5, 1)) == want
-    assert type(pipeline.hour_of(pendulum.datetime(2026, 11, 1, 5, tz="UTC"))) is dt.datetime
+    assert steps.hour_of(pendulum.datetime(2026, 11, 1, 5, 20, tz="UTC")) == want
+    assert steps.hour_of(pendulum.datetime(2026, 11, 1, 6, 20, tz="Europe/Berlin")) == want
+    assert steps.hour_of("2026-11-01T05:59:59Z") == want
+    assert steps.hour_of(dt.datetime(2026, 11, 1, 5, 1)) == want
+    assert type(steps.hour_of(pendulum.datetime(2026, 11, 1, 5, tz="UTC"))) is dt.datetime
 
 
 def test_partitions_from_config(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDAWATCH_SHARDS", str(tmp_path))
     monkeypatch.delenv("CUDAWATCH_PARTITIONS", raising=False)
-    assert pipeline.hourly_partitions() == [{"name": "default", "shards": str(tmp_path)}]
+    assert steps.hourly_partitions() == [{"name": "default", "shards": str(tmp_path)}]
     monkeypatch.setenv("CUDAWATCH_PARTITIONS", "east=/a, west=/b")
-    assert pipeline.hourly_partitions() == [{"name": "east", "shards": "/a"}, {"name": "west", "shards": "/b"}]
+    assert steps.hourly_partitions() == [{"name": "east", "shards": "/a"}, {"name": "west", "shards": "/b"}]
     for bad in ("east", "east=/a,east=/b", "=/a"):
         monkeypatch.setenv("CUDAWATCH_PARTITIONS", bad)
         with pytest.raises(ConfigError, match="cudawatch_partitions"):
-            pipeline.hourly_partitions()
+            steps.hourly_partitions()
     monkeypatch.setenv("CUDAWATCH_WAIT_GRACE_MIN", "soon")
     with pytest.raises(ConfigError, match="CUDAWATCH_WAIT_GRACE_MIN"):
-        pipeline.Settings.resolve()
+        steps.Settings.resolve()
 
 
 def test_sensor_waits_until_grace_then_proceeds(monkeypatch, tmp_path):
     """Expected hosts come from the previous hours; a missing one holds the sensor until the grace."""
-    from cudawatch.simulator import simulate_fleet
+    from simulator import simulate_fleet
     from cudawatch import shards as sh
 
     start = dt.datetime(2026, 11, 1, tzinfo=UTC)
@@ -88,17 +88,17 @@ def test_sensor_waits_until_grace_then_proceeds(monkeypatch, tmp_path):
     part = {"name": "default", "shards": str(tmp_path)}
     hour = start + dt.timedelta(hours=2)
     monkeypatch.setenv("CUDAWATCH_WAIT_GRACE_MIN", "20")
-    done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1))
+    done, info = steps.check_arrival(part, hour, now=hour + dt.timedelta(hours=1))
     assert done and info["missing"] == []
     sh.list_shards(tmp_path, "health", hour)[0].unlink()
-    done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=19))
+    done, info = steps.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=19))
     assert not done and [m[1] for m in info["missing"]] == ["health"]
-    done, info = pipeline.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=20))
+    done, info = steps.check_arrival(part, hour, now=hour + dt.timedelta(hours=1, minutes=20))
     assert done and len(info["missing"]) == 1
     # With nothing to expect and nothing arrived (first hour of a new partition) it waits too.
     empty = {"name": "new", "shards": str(tmp_path / "empty")}
-    assert pipeline.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1))[0] is False
-    assert pipeline.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1, minutes=20))[0] is True
+    assert steps.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1))[0] is False
+    assert steps.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1, minutes=20))[0] is True
 
 
 def test_regression_round_trips_through_xcom_json():
@@ -109,7 +109,7 @@ def test_regression_round_trips_through_xcom_json():
                    p_value=1e-9, severity="high", share_gpu_time=0.4, signature="1x1x1/128x1x1/r32/s0",
                    status="new", detected_at=dt.datetime(2026, 11, 2, 5, tzinfo=UTC),
                    causes=(Finding("same_config_slower", 0.9, {"before_ns": 1.0, "when": dt.date(2026, 11, 2)}, "look"),))
-    back = pipeline.regression_from_dict(json.loads(json.dumps(pipeline.regression_to_dict(r))))
+    back = steps.regression_from_dict(json.loads(json.dumps(steps.regression_to_dict(r))))
     assert back == r and back.event_id == r.event_id
     assert back.causes[0].evidence == {"before_ns": 1.0, "when": "2026-11-02"}
 
@@ -129,10 +129,10 @@ def test_hourly_ingest_picks_up_late_shards_of_earlier_hours(monkeypatch, tmp_pa
         hour = start + dt.timedelta(hours=h)
         sh.write_shard(root, "kernels", kernel_rows(window_start=hour), hour, host="h0", pid=1)
     partition = {"name": "default", "shards": str(root)}
-    first = pipeline.ingest_hour(partition, start + dt.timedelta(hours=1))
+    first = steps.ingest_hour(partition, start + dt.timedelta(hours=1))
     assert (first["loaded"], first["late_loaded"]) == (1, 1)  # hour 1, and hour 0 not loaded before
     late = sh.write_shard(root, "kernels", kernel_rows(window_start=start, host="h1"), start, host="h1", pid=2)
-    second = pipeline.ingest_hour(partition, start + dt.timedelta(hours=2))
+    second = steps.ingest_hour(partition, start + dt.timedelta(hours=2))
     assert (second["loaded"], second["late_loaded"]) == (1, 1)
     con = duckdb.connect(str(db), read_only=True)
     paths = {r[0] for r in con.execute("SELECT path FROM shard_ledger").fetchall()}

@@ -1,5 +1,5 @@
 """A small, real warehouse for report and alert tests: shards written with ``shards.write_shard``
-and loaded with ``warehouse.ingest_shards`` (no mocks of our own system).
+and loaded with ``store.ingest_shards`` (no mocks of our own system).
 
 Two hosts x 2 GPUs, two jobs, 30 hours from 2026-11-01 00:00 UTC. Job ``train`` has a GEMM that is
 20 % slower from hour 20 and a kernel with a hostile name; GPU host-b:1 is thermally throttled
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analytics import warehouse
+from analytics import store
 from analytics.results import Finding, Regression
 from cudawatch import shards
 
@@ -93,9 +93,9 @@ def build_shards(root: Path, seed: int = 7) -> Path:
 def build_warehouse(tmp: Path) -> Path:
     root = build_shards(tmp / "shards")
     db = tmp / "cudawatch.duckdb"
-    con = warehouse.connect(db)
+    con = store.connect(db)
     try:
-        warehouse.ingest_shards(root, con)
+        store.ingest_shards(root, con)
     finally:
         con.close()
     return db

@@ -53,7 +53,7 @@ def test_demo_report_loads_cleanly_and_draws_every_chart(tmp_path):
     """The real pipeline (simulator -> shards -> warehouse -> detection -> root cause -> report),
     on a smaller fleet than ``cudawatch demo`` to keep the test fast."""
     _need_chromium()
-    from cudawatch.demo import run_demo
+    from app.demo import run_demo
 
     result = run_demo(tmp_path / "demo", gpus=4, hours=28)
     assert result.regressions, "the demo fleet has injected regressions"

@@ -7,8 +7,9 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from analytics import pipeline, warehouse
-from cudawatch.cli import app
+from analytics import store
+from app import steps
+from app.cli import app
 from reports import data, render
 
 
@@ -16,9 +17,9 @@ from reports import data, render
 def analysed_master(fleet_db, tmp_path_factory):
     db = tmp_path_factory.mktemp("analysed") / "analysed.duckdb"
     shutil.copy(fleet_db, db)
-    con = warehouse.connect(db)
+    con = store.connect(db)
     try:
-        regs = pipeline.analyze(con)
+        regs = steps.analyze(con)
     finally:
         con.close()
     assert regs, "the fleet has a slower GEMM and a throttled GPU"
@@ -83,7 +84,7 @@ def test_report_shows_the_detectors_regressions(analysed_db, tmp_path):
 
 def test_report_reads_the_detectors_table_on_a_read_only_connection(analysed_db):
     db, regs = analysed_db
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         rep = render.build_report(con, data.last_day(con), image_mode="cid")
     finally:

@@ -10,8 +10,8 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from analytics import warehouse
-from cudawatch.cli import app
+from analytics import store
+from app.cli import app
 from cudawatch.config import SmtpConfig
 from reports import render
 from reports.email import build_report_message, send_report_email
@@ -50,7 +50,7 @@ def _parts(raw: bytes):
 
 def test_report_email_is_multipart_with_inline_images(fleet_db, smtp_server, fleet_regressions):
     inbox, host, port = smtp_server
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         rep = render.build_report(con, fleet.START.date(), regressions=fleet_regressions, image_mode="cid")
     finally:
@@ -105,7 +105,7 @@ def test_cli_email_without_smtp_host_is_a_clear_error(fleet_db, tmp_path, monkey
 
 
 def test_email_links_the_archived_report_and_its_detail_pages(fleet_db, fleet_regressions):
-    con = warehouse.connect(fleet_db, read_only=True)
+    con = store.connect(fleet_db, read_only=True)
     try:
         rep = render.build_report(con, fleet.START.date(), regressions=fleet_regressions, image_mode="cid",
                                   report_url="https://reports.example/2026-11-01/report.html")

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from analytics import warehouse
+from analytics import store
 from reports import data, render
 from reports.escape import plain, slack, slack_code, truncate_middle
 from tests.reports import fleet
@@ -19,7 +19,7 @@ DAY2 = DAY1 + dt.timedelta(days=1)
 
 @pytest.fixture(scope="module")
 def day1(fleet_db):
-    con = warehouse.connect(fleet_db, read_only=True)
+    con = store.connect(fleet_db, read_only=True)
     try:
         return render.build_report(con, DAY1, regressions=fleet.regressions(), detail_href=lambda r: f"d-{r.event_id}.html")
     finally:
@@ -65,7 +65,7 @@ def test_hostile_names_are_escaped_in_html_and_text(day1):
 
 
 def test_data_gaps_and_quarantine_are_reported(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         start, end = data.day_window(DAY1)
         gaps = data.data_gaps(con, start, end, fleet.START + dt.timedelta(hours=fleet.HOURS - 1))
@@ -77,7 +77,7 @@ def test_data_gaps_and_quarantine_are_reported(fleet_db):
 
 
 def test_fleet_health_shows_throttling_and_collector_drops(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         start, end = data.day_window(DAY1)
         gpus = data.gpu_health(con, start, end)
@@ -115,7 +115,7 @@ def test_classify_by_report_day():
 
 
 def test_series_of_each_kind_is_found(fleet_db):
-    con = warehouse.connect(fleet_db)
+    con = store.connect(fleet_db)
     try:
         start, end = fleet.START, fleet.START + dt.timedelta(hours=fleet.HOURS)
         gemm, evil, clock = fleet.regressions()
@@ -134,7 +134,7 @@ def test_bad_date_and_empty_warehouse_are_clear_errors(fleet_db, tmp_path):
     with pytest.raises(render.ReportError, match="not a date"):
         render.write_report(fleet_db, tmp_path / "x.html", "yesterday")
     empty = tmp_path / "empty.duckdb"
-    warehouse.connect(empty).close()
+    store.connect(empty).close()
     with pytest.raises(render.ReportError, match="no kernel or device data"):
         render.write_report(empty, tmp_path / "x.html", None)
     with pytest.raises(FileNotFoundError):
@@ -164,9 +164,9 @@ def test_a_job_that_starts_late_is_not_a_gap_but_a_hole_is(tmp_path):
             shards.write_shard(root, "kernels", pa.Table.from_pylist(fleet._kernel_rows(rng, "host-y", 0, hour)), h, host="host-y", pid=1)
         if hour != 4:  # the agent is always on: a missing device hour is a gap
             shards.write_shard(root, "device", pa.Table.from_pylist(fleet._device_rows(rng, "host-y", 0, hour)), h, host="host-y", pid=2)
-    con = warehouse.connect(tmp_path / "w.duckdb")
+    con = store.connect(tmp_path / "w.duckdb")
     try:
-        warehouse.ingest_shards(root, con)
+        store.ingest_shards(root, con)
         start, end = data.day_window(DAY1)
         gaps = data.data_gaps(con, start, end, fleet.START + dt.timedelta(hours=11))
     finally:

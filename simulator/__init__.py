@@ -7,8 +7,8 @@ shard tables and ``ground_truth.json``; ``parse_injections`` turns ``--inject`` 
 
 from __future__ import annotations
 
-from cudawatch.simulator.engine import DEFAULT_DEVICE_INTERVAL_S, DEFAULT_WINDOW_S, GroundTruth, simulate_fleet
-from cudawatch.simulator.injections import CORE_KINDS, EXTRA_KINDS, KINDS, Injection, default_injections, parse_injections
+from simulator.engine import DEFAULT_DEVICE_INTERVAL_S, DEFAULT_WINDOW_S, GroundTruth, simulate_fleet
+from simulator.injections import CORE_KINDS, EXTRA_KINDS, KINDS, Injection, default_injections, parse_injections
 
 __all__ = [
     "simulate_fleet",

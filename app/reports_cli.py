@@ -31,9 +31,9 @@ def report(
     if smtp is not None:
         from reports.email import EmailError, send_report_email
 
-        from analytics import warehouse
+        from analytics import store
 
-        con = warehouse.connect(db, read_only=True)
+        con = store.connect(db, read_only=True)
         try:
             rendered = render.build_report(con, render._parse_day(date, con), image_mode="cid")
         finally:
@@ -53,7 +53,7 @@ def alert(
 ) -> None:
     """Send new regressions to Slack (CUDAWATCH_SLACK_WEBHOOK_URL) and the JSON webhook
     (CUDAWATCH_WEBHOOK_URL); alerts that could not be delivered are retried by the next run."""
-    from analytics import warehouse
+    from analytics import store
     from cudawatch.config import AlertConfig, ConfigError
     from reports.alerts import send_new_alerts
 
@@ -68,7 +68,7 @@ def alert(
     if not db.exists():
         typer.echo(f"error: warehouse {db} does not exist (run `cudawatch ingest` first)", err=True)
         raise typer.Exit(2)
-    con = warehouse.connect(db)
+    con = store.connect(db)
     try:
         if retry_failed:
             import datetime as dt

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from cudawatch import shards
-from cudawatch.simulator.fleet import GPU_MODEL, build_fleet
-from cudawatch.simulator.injections import Injection, default_injections, resolve, truth_record
-from cudawatch.simulator.plan import build_plan
-from cudawatch.simulator.tables import HourDrawer, host_slices
+from simulator.fleet import GPU_MODEL, build_fleet
+from simulator.injections import Injection, default_injections, resolve, truth_record
+from simulator.plan import build_plan
+from simulator.tables import HourDrawer, host_slices
 
 #: Collector window: 10 minutes, so an hourly shard holds 6 windows per (process, kernel signature).
 DEFAULT_WINDOW_S = 600
@@ -134,6 +134,6 @@ def simulate_fleet(
 
 
 def _default_job(inj: Injection) -> str:
-    from cudawatch.simulator.injections import DEFAULT_TARGETS
+    from simulator.injections import DEFAULT_TARGETS
 
     return inj.job or DEFAULT_TARGETS[inj.kind][0]

@@ -6,8 +6,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudawatch import simulator
-from cudawatch.simulator_cli import DEMO_GPUS, DEMO_HOURS, DEMO_SEED, DEMO_START, _parse_start
+DEMO_GPUS = 16
+DEMO_HOURS = 48
+DEMO_SEED = 7
+DEMO_START = "2026-11-01T00:00:00+00:00"
 
 
 @dataclass
@@ -37,8 +39,11 @@ class DemoResult:
 
 def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED) -> DemoResult:
     """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced)."""
-    from analytics import pipeline, warehouse
+    from analytics import store
+    from app import steps
+    from cudawatch.shards import parse_utc
     from reports import render
+    import simulator
 
     workdir = Path(workdir)
     shards, db, report = workdir / "shards", workdir / "cudawatch.duckdb", workdir / "report.html"
@@ -46,11 +51,11 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
         shutil.rmtree(shards)
     db.unlink(missing_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
-    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=_parse_start(DEMO_START))
-    con = warehouse.connect(db)
+    simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=parse_utc(DEMO_START))
+    con = store.connect(db)
     try:
-        ingested = warehouse.ingest_shards(shards, con)
-        regressions = pipeline.analyze(con)
+        ingested = store.ingest_shards(shards, con)
+        regressions = steps.analyze(con)
     finally:
         con.close()
     render.write_report(db, report, None)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cudawatch.simulator.catalog import CLASS_NOISE, KERNEL_CLASSES
-from cudawatch.simulator.fleet import GPU_MODEL
-from cudawatch.simulator.noise import WindowSampler, mixture_mean_factor
-from cudawatch.simulator.plan import CLASS_ORDER, Plan
+from simulator.catalog import CLASS_NOISE, KERNEL_CLASSES
+from simulator.fleet import GPU_MODEL
+from simulator.noise import WindowSampler, mixture_mean_factor
+from simulator.plan import CLASS_ORDER, Plan
 
 CUPTI_VERSION = "13.4.92"
 SM_CLOCK_MHZ = 1980.0  # H100/H200 SXM maximum SM clock, held under load when not throttled

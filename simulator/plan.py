@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cudawatch.simulator.catalog import CLASS_NOISE, KERNEL_CLASSES, TRAIN_VIT, KernelSpec, LaunchConfig, Workload
-from cudawatch.simulator.fleet import Fleet, Job, Process
-from cudawatch.simulator.injections import Resolved
-from cudawatch.simulator.noise import hourly_log_noise
+from simulator.catalog import CLASS_NOISE, KERNEL_CLASSES, TRAIN_VIT, KernelSpec, LaunchConfig, Workload
+from simulator.fleet import Fleet, Job, Process
+from simulator.injections import Resolved
+from simulator.noise import hourly_log_noise
 
 #: Effective throughput of pageable host memory relative to pinned (staging through a bounce buffer).
 PAGEABLE_RATIO = 0.42

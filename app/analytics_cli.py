@@ -26,12 +26,12 @@ def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
 def _writer(db: Path):
     """A writable connection under the warehouse's writer lock, shared with the Airflow tasks:
     a command run by hand waits for a running task instead of failing on DuckDB's file lock."""
-    from analytics import warehouse
-    from analytics.locking import LockTimeout, writer_lock
+    from analytics import store
+    from analytics.store.locking import LockTimeout, writer_lock
 
     try:
         with writer_lock(db):
-            con = warehouse.connect(db)
+            con = store.connect(db)
             try:
                 yield con
             finally:
@@ -47,11 +47,11 @@ def ingest(
     hour: Optional[str] = typer.Option(None, "--hour", help="Only this UTC hour's partition (ISO)."),
 ) -> None:
     """Load new shards into the warehouse; shards already loaded are skipped, bad ones quarantined."""
-    from analytics import warehouse
+    from analytics import store
 
     hour_ts = _parse_ts(hour)
     with _writer(db) as con:
-        result = warehouse.ingest_shards(shards, con, hour=hour_ts)
+        result = store.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:
         typer.echo(f"quarantined {path}: {reason}", err=True)
@@ -63,11 +63,11 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print regressions as a JSON list."),
 ) -> None:
     """Update baselines, detect regressions and attach root causes."""
-    from analytics import pipeline
+    from app import steps
 
     as_of_ts = _parse_ts(as_of)
     with _writer(db) as con:
-        regressions = pipeline.analyze(con, as_of_ts)
+        regressions = steps.analyze(con, as_of_ts)
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
         return
@@ -90,10 +90,10 @@ def query(
     limit: int = typer.Option(200, "--limit", help="Rows to print in table format."),
 ) -> None:
     """Run read-only ad-hoc SQL on the warehouse."""
-    from analytics import warehouse
+    from analytics import store
 
     try:
-        result = warehouse.query(db, sql)
+        result = store.query(db, sql)
     except Exception as exc:  # duckdb errors: show the message, not a traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
@@ -143,10 +143,10 @@ def diff(
 ) -> None:
     """Trace diff of a job between two windows: kernels added, removed, slower, faster."""
     from analytics import diff as trace_diff
-    from analytics import warehouse
+    from analytics import store
 
     before_ts, after_ts = _parse_ts(before), _parse_ts(after)
-    con = warehouse.connect(db, read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)
     except ValueError as exc:  # unknown job, overlapping windows

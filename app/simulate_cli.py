@@ -8,10 +8,7 @@ from typing import List, Optional
 
 import typer
 
-DEMO_GPUS = 16
-DEMO_HOURS = 48
-DEMO_SEED = 7
-DEMO_START = "2026-11-01T00:00:00+00:00"
+from app.demo import DEMO_START
 
 
 def _parse_start(value: str) -> dt.datetime:
@@ -34,7 +31,7 @@ def simulate(
         "repeatable; 'none' for a clean fleet; default: one of each kind."),
 ) -> None:
     """Write realistic shards for a simulated fleet plus ground_truth.json."""
-    from cudawatch import simulator
+    import simulator
 
     try:
         injections = simulator.parse_injections(inject) if inject else None
@@ -49,7 +46,7 @@ def demo(
     workdir: Path = typer.Option(Path("cudawatch-demo"), "--workdir", help="Folder for shards, warehouse and report."),
 ) -> None:
     """Simulate a small fleet with known regressions, run the whole pipeline, write a report."""
-    from cudawatch.demo import run_demo
+    from app.demo import run_demo
 
     result = run_demo(workdir)
     typer.echo(result.summary())

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import typer
 
-from analytics import cli as analytics_cli
+from app import analytics_cli, reports_cli, simulate_cli
 from collector import cli as collector_cli
-from cudawatch import simulator_cli
-from reports import cli as reports_cli
 
 app = typer.Typer(
     name="cudawatch",
@@ -21,7 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (simulator_cli, analytics_cli, reports_cli, collector_cli):
+for module in (simulate_cli, analytics_cli, reports_cli, collector_cli):
     module.register(app)
 
 

@@ -3,7 +3,7 @@
 A step takes the hour (or day) it works on from the caller -- Airflow's ``data_interval_start``,
 never the clock -- and resolves its configuration itself (:class:`Settings`), so each DAG task is
 one import and one call. Steps that touch the warehouse open a short-lived DuckDB connection under
-the writer lock (:mod:`analytics.locking`) and close it before returning, so analysts can read the
+the writer lock (:mod:`analytics.store.locking`) and close it before returning, so analysts can read the
 warehouse between tasks (DuckDB allows one writing process per file).
 
 Hourly: ``hourly_partitions`` -> ``check_arrival`` (the sensor) -> ``ingest_hour`` (one call per
@@ -160,12 +160,12 @@ def alert_config():
 @contextlib.contextmanager
 def writer(cfg: Settings) -> Iterator[Any]:
     """A writable warehouse connection held under the writer lock, closed on exit."""
-    from analytics import warehouse
-    from analytics.locking import writer_lock
+    from analytics import store
+    from analytics.store.locking import writer_lock
 
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     with writer_lock(cfg.db, timeout_s=cfg.lock_timeout_s):
-        con = warehouse.connect(cfg.db)
+        con = store.connect(cfg.db)
         try:
             con.execute(_GAPS_DDL)
             yield con
@@ -298,15 +298,15 @@ def ingest_hour(partition: dict[str, str], hour: dt.datetime | str) -> dict[str,
     Idempotent: the ledger skips loaded shards, and the hour's gap rows are replaced, so a late
     shard picked up by a re-run clears its gap.
     """
-    from analytics import warehouse
+    from analytics import store
 
     cfg = Settings.resolve()
     hour = hour_of(hour)
     root = Path(partition["shards"])
     with writer(cfg) as con:
-        result = warehouse.ingest_shards(root, con, hour=hour)
+        result = store.ingest_shards(root, con, hour=hour)
         # Shards that arrived after their own hour's run: the ledger makes re-scanning cheap.
-        late = [warehouse.ingest_shards(root, con, hour=hour - dt.timedelta(hours=h)) for h in range(1, LATE_SHARD_HOURS + 1)]
+        late = [store.ingest_shards(root, con, hour=hour - dt.timedelta(hours=h)) for h in range(1, LATE_SHARD_HOURS + 1)]
         info = arrival(partition, hour, cfg.expect_lookback_h)
         con.execute("BEGIN TRANSACTION")
         con.execute("DELETE FROM data_gaps WHERE hour = ? AND partition_name = ?", [hour, partition["name"]])
@@ -409,8 +409,8 @@ def build_daily_report(interval_start: dt.datetime | str) -> str:
     e-mail version under ``mail/`` (HTML with ``cid:`` images, plain text, subject, PNGs;
     reports.render.build_report), so the e-mail step needs no warehouse. Returns the folder.
     """
-    from analytics import warehouse
-    from analytics.locking import writer_lock
+    from analytics import store
+    from analytics.store.locking import writer_lock
     from reports import render
 
     cfg = Settings.resolve()
@@ -420,7 +420,7 @@ def build_daily_report(interval_start: dt.datetime | str) -> str:
     # report takes the writer lock too (for the seconds rendering takes).
     with writer_lock(cfg.db, timeout_s=cfg.lock_timeout_s):
         path = render.write_report(cfg.db, folder / "report.html", day)
-        con = warehouse.connect(cfg.db, read_only=True)
+        con = store.connect(cfg.db, read_only=True)
         try:
             mail = render.build_report(con, day, image_mode="cid", report_url=setting("report_url"))
         finally:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from cudawatch.simulator.catalog import GEMM_TN_128, KernelSpec
-from cudawatch.simulator.fleet import Fleet
+from simulator.catalog import GEMM_TN_128, KernelSpec
+from simulator.fleet import Fleet
 
 #: Kinds every default scenario injects, in onset order.
 CORE_KINDS = ("kernel_slowdown", "launch_config_change", "new_kernel", "more_launches", "pageable_memcpy", "clock_throttle")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cudawatch.simulator.catalog import SERVE_LLAMA, TRAIN_LLAMA, TRAIN_VIT, Workload
+from simulator.catalog import SERVE_LLAMA, TRAIN_LLAMA, TRAIN_VIT, Workload
 
 GPUS_PER_HOST = 8
 GPU_MODEL = "NVIDIA H200"

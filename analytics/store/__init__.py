@@ -1,0 +1,16 @@
+"""The warehouse store: the one owner of the DuckDB file, its tables, views and queries.
+
+Every other module receives a connection (or plain data) from here; none opens the file itself.
+"""
+
+from __future__ import annotations
+
+from analytics.store.db import connect, query
+from analytics.store.ingest import IngestResult, ingest_shards
+from analytics.store.locking import LockTimeout, lock_path, writer_lock
+from analytics.store.schema import DUTY, RAW_TABLES, SIGNATURE, ensure_schema
+
+__all__ = [
+    "connect", "query", "ensure_schema", "ingest_shards", "IngestResult",
+    "writer_lock", "lock_path", "LockTimeout", "DUTY", "SIGNATURE", "RAW_TABLES",
+]
