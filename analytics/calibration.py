@@ -71,13 +71,15 @@ def _quantiles(sorted_stats: list[np.ndarray], p: float) -> np.ndarray:
 
 
 def calibrate_thresholds(stats: np.ndarray, usable: np.ndarray, onset_of, *, series_days: float, target_per_1000_days: float,
-                         hold_hours: int, min_len: int, run_hours: np.ndarray | None = None, iterations: int = 40) -> tuple[np.ndarray, float, float]:
+                         hold_hours: int, min_len: int, run_hours: np.ndarray | None = None, eligible: np.ndarray | None = None,
+                         iterations: int = 40) -> tuple[np.ndarray, float, float]:
     """Thresholds (max_window,) for ``target_per_1000_days`` alerts on the clean replay.
 
     stats: (series, runs, M) GLR per window length; usable: same shape, True where the window may
     alarm (m >= min_len and enough valid hours). onset_of(alarm_window_mask) -> not used for the
     count beyond the window: the onset is taken as the argmax window, as analytics.sequential does;
-    pass ``onset_of`` = (series, runs) onset hours of each run's argmax window.
+    pass ``onset_of`` = (series, runs) onset hours of each run's argmax window. eligible: (series,
+    runs), False where the alarm rule holds a run back whatever the thresholds.
     series_days: regression-free series-days the replay covers. Returns (thresholds, p, rate):
     the rate (alerts per 1,000 series-days) the replay raises at those thresholds.
     """
@@ -87,6 +89,8 @@ def calibrate_thresholds(stats: np.ndarray, usable: np.ndarray, onset_of, *, ser
     def rate(p):
         h = _quantiles(flat, p)
         alarm = (np.where(usable, stats, -np.inf) > h[None, None, :]).any(axis=2)
+        if eligible is not None:
+            alarm &= eligible
         return 1000.0 * count_alerts(alarm, onset_of, hold_hours, run_hours).sum() / series_days, h
 
     lo, hi = -12.0, -1.0  # log10 p

@@ -195,15 +195,28 @@ class Alarms:
     model_ok: np.ndarray
 
 
+def alarm_rule(stat: np.ndarray, valid: np.ndarray, thresholds, config: SequentialConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The alarm rule on statistics of any leading shape (..., max_window).
+
+    Returns (alarm, arg, usable): arg is the ML onset's window index (m - 1: the argmax of the
+    statistic over windows of >= min_len valid hours); alarm needs some usable window above its
+    threshold, and the ML onset inside the zone (not at its oldest hour, where the onset may be
+    older than the zone and would be misplaced: the run waits)."""
+    M = stat.shape[-1]
+    h = np.asarray(thresholds, float)[:M]
+    m = np.arange(1, M + 1)
+    usable = (m >= config.min_len) & (valid >= config.min_len)
+    arg = np.argmax(np.where(usable, stat, -np.inf), axis=-1)
+    alarm = (np.where(usable, stat, -np.inf) > h).any(axis=-1) & (arg < M - 1)
+    return alarm, arg, usable
+
+
 def decide(sc: Scan, thresholds, config: SequentialConfig, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Alarm, onset column, onset statistic and maximal stat/threshold ratio from a Scan."""
+    alarm, arg, usable = alarm_rule(sc.stat, sc.valid, thresholds, config)
     h = np.asarray(thresholds, float)[: sc.stat.shape[1]]
-    m = np.arange(1, sc.stat.shape[1] + 1)
-    usable = (m[None, :] >= config.min_len) & (sc.valid >= config.min_len)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(usable, sc.stat / h[None, :], -np.inf)
-    alarm = (ratio > 1.0).any(axis=1)
-    arg = np.argmax(np.where(usable, sc.stat, -np.inf), axis=1)  # ML onset among usable windows
     onset = np.where(alarm, n_cols - 1 - arg, -1)
     stat = np.take_along_axis(sc.stat, arg[:, None], axis=1)[:, 0]
     return alarm, onset, stat, ratio.max(axis=1)

@@ -63,13 +63,15 @@ def score(alerts_steps, alerts_clean, steps, n_clean) -> dict:
     err = np.full(len(alerts_steps), np.nan)
     tp = fp = 0
     for i, al in enumerate(alerts_steps):
-        matched = False
+        matched = seen = False
         for onset, run in al:
             near = abs(onset - steps.onset[i]) <= MATCH_H
-            if matched and onset >= steps.onset[i]:
-                continue  # the step persists: the event is still open (ongoing), not a new alert
+            if seen and onset >= steps.onset[i]:
+                continue  # the step persists: a later alert on it is that event (ongoing), not a new one
             if near and not scored[i]:
+                seen = True
                 continue  # an alert on a step below the floor is neither hit nor false
+            seen = seen or near
             if near and not matched:
                 matched, tp = True, tp + 1
                 ttd[i], err[i] = run - steps.onset[i] + 1, onset - steps.onset[i]
@@ -117,7 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cal-series", type=int, default=5000, help="clean calibration series (seeds 101+)")
     ap.add_argument("--clean-series", type=int, default=4400, help="clean test series (seed 11): 7 days each")
     ap.add_argument("--step-series", type=int, default=2400, help="test series with one regression step (seed 12)")
-    ap.add_argument("--old-series", type=int, default=500, help="step and clean series each for detect_regressions")
+    ap.add_argument("--old-series", type=int, default=300, help="step and clean series each for detect_regressions")
     ap.add_argument("--slow-series", type=int, default=150, help="step and clean series each for Otava and PELT")
     ap.add_argument("--speed-series", type=int, default=100_000)
     ap.add_argument("--target", type=float, default=0.6, help="calibration target, false alarms per 1,000 series-days")

@@ -80,25 +80,17 @@ def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool)
 
 
 def alerts_from_stats(runs, S, V, thresholds, cfg=sq.SequentialConfig()):
-    """Alerts (onset, run) per series from replayed statistics, as analytics.sequential.decide
-    and the one-alert-per-event rule would raise them."""
-    usable, onset = usable_onsets(runs, S, V, cfg)
-    alarm = (np.where(usable, S, -np.inf) > np.asarray(thresholds)[None, None, :]).any(axis=2)
-    return cal.first_alerts(alarm, onset, HOLD, runs)
-
-
-def usable_onsets(runs, S, V, cfg=sq.SequentialConfig()):
-    m = np.arange(1, cfg.max_window + 1)
-    usable = (m[None, None, :] >= cfg.min_len) & (V >= cfg.min_len)
-    arg = np.argmax(np.where(usable, S, -np.inf), axis=2)
-    return usable, runs[None, :] - arg
+    """Alerts (onset, run) per series from replayed statistics: analytics.sequential.alarm_rule
+    each run, and the one-alert-per-event rule."""
+    alarm, arg, _ = sq.alarm_rule(S, V, thresholds, cfg)
+    return cal.first_alerts(alarm, runs[None, :] - arg, HOLD, runs)
 
 
 def calibrate(runs, S, V, target, cfg=sq.SequentialConfig()):
-    usable, onset = usable_onsets(runs, S, V, cfg)
+    _, arg, usable = sq.alarm_rule(S, V, np.full(cfg.max_window, np.inf), cfg)
     days = S.shape[0] * runs.size / 24
-    return cal.calibrate_thresholds(S, usable, onset, series_days=days, target_per_1000_days=target, hold_hours=HOLD,
-                                    min_len=cfg.min_len, run_hours=runs)
+    return cal.calibrate_thresholds(S, usable, runs[None, :] - arg, series_days=days, target_per_1000_days=target,
+                                    hold_hours=HOLD, min_len=cfg.min_len, run_hours=runs, eligible=arg < cfg.max_window - 1)
 
 
 # --------------------------------------------------------------------------- the previous hourly path
