@@ -43,10 +43,12 @@ class SequentialConfig:
     post-change hours for an alarm. reference_hours: hours before the zone that give the level.
     fit_hours: history before the zone the noise model is fitted on. floor_pct: smallest step
     (relative, %) tested, the product's minimum magnitude. grid: shift values tried between
-    ``grid_lo`` and ``grid_hi`` innovation scales (geometric; all at least the floor)."""
+    ``grid_lo`` and ``grid_hi`` innovation scales (geometric; all at least the floor). clip:
+    winsorising of the reference, in stationary sigmas. ref_z: an alarm whose onset's reference
+    hours rise by this many standard errors from their first half to their second is held back."""
 
     max_window: int = 12
-    min_len: int = 2
+    min_len: int = 3
     reference_hours: int = 48
     fit_hours: int = 336
     floor_pct: float = 2.0
@@ -55,6 +57,7 @@ class SequentialConfig:
     grid_lo: float = 0.5
     grid_hi: float = 60.0
     clip: float = 3.0
+    ref_z: float = 3.0
 
     @property
     def floor_log(self) -> float:
@@ -73,13 +76,16 @@ class Scan:
     """GLR statistics of the zone: stat[i, m-1] is the statistic of a step starting m hours before
     the end (m = 1..max_window); shift[i, m-1] the maximising step (log units); valid[i, m-1] the
     number of valid hours in that window; level[i, m-1] the pre-change level of that onset (log
-    units, cycle removed); cycle: (n, max_window) daily cycle over the zone."""
+    units, cycle removed); cycle: (n, max_window) daily cycle over the zone; ref_z[i, m-1]: the
+    rise from the first to the second half of that onset's reference hours in standard errors
+    (large when the step began before the onset, i.e. before the zone)."""
 
     stat: np.ndarray
     shift: np.ndarray
     valid: np.ndarray
     level: np.ndarray
     cycle: np.ndarray
+    ref_z: np.ndarray | None = None
 
 
 def loglik(e: np.ndarray, scale: np.ndarray, nu: float, outliers: nm.OutlierLaw | None = None) -> np.ndarray:
@@ -162,6 +168,11 @@ def scan(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel, config: S
         j = R + np.arange(M)  # onsets, as indices into y
         with np.errstate(invalid="ignore", divide="ignore"):
             delta = (cs[:, j] - cs[:, j - R]) / (ks[:, j] - ks[:, j - R])
+            half = R // 2
+            early = (cs[:, j - half] - cs[:, j - R]) / (ks[:, j - half] - ks[:, j - R])
+            late = (cs[:, j] - cs[:, j - half]) / (ks[:, j] - ks[:, j - half])
+            se = sig[:, None] * np.sqrt(2.0 * (1 + model.phi[:, None]) / (1 - model.phi[:, None]) / half)
+            ref_z = np.nan_to_num((late - early) / se)
         delta = np.nan_to_num(delta)
         u = y[:, -M - 1 :] - anchor[:, None]
         level, cyc = anchor[:, None] + delta, cyc_all[:, -M:]
@@ -169,13 +180,14 @@ def scan(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel, config: S
         mean = np.asarray(mean_path, float)
         u = x[:, -M - 1 :] - mean
         delta = np.zeros((n, M))
+        ref_z = np.zeros((n, M))
         level, cyc = np.repeat(mean[:, :1], M, axis=1), mean[:, 1:] - mean[:, :1]
     prev = np.clip(np.nan_to_num(u[:, :-1]), -config.clip * sig[:, None], config.clip * sig[:, None])
     prev[:, 1:] = np.where(np.isnan(u[:, 1:-1]), 0.0, u[:, 1:-1])
     e0 = u[:, 1:] - model.phi[:, None] * prev
     e0[~model.ok] = np.nan
     stat, shift, valid = glr(e0, delta, model.phi, np.where(model.ok, model.scale, 1.0), config, model.outliers)
-    return Scan(stat, shift, valid, level[:, ::-1], cyc)
+    return Scan(stat, shift, valid, level[:, ::-1], cyc, ref_z[:, ::-1])
 
 
 @dataclass(frozen=True)
@@ -195,25 +207,29 @@ class Alarms:
     model_ok: np.ndarray
 
 
-def alarm_rule(stat: np.ndarray, valid: np.ndarray, thresholds, config: SequentialConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def alarm_rule(stat: np.ndarray, valid: np.ndarray, thresholds, config: SequentialConfig,
+               ref_z: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The alarm rule on statistics of any leading shape (..., max_window).
 
     Returns (alarm, arg, usable): arg is the ML onset's window index (m - 1: the argmax of the
     statistic over windows of >= min_len valid hours); alarm needs some usable window above its
-    threshold, and the ML onset inside the zone (not at its oldest hour, where the onset may be
-    older than the zone and would be misplaced: the run waits)."""
+    threshold and an onset that can be placed: inside the zone (not its oldest hour) and with a
+    flat reference before it (``ref_z`` at the onset below ``config.ref_z``) — otherwise the step
+    began before the zone, its onset would be misplaced, and the run holds the alarm back."""
     M = stat.shape[-1]
     h = np.asarray(thresholds, float)[:M]
     m = np.arange(1, M + 1)
     usable = (m >= config.min_len) & (valid >= config.min_len)
     arg = np.argmax(np.where(usable, stat, -np.inf), axis=-1)
     alarm = (np.where(usable, stat, -np.inf) > h).any(axis=-1) & (arg < M - 1)
+    if ref_z is not None:
+        alarm &= np.take_along_axis(ref_z, arg[..., None], axis=-1)[..., 0] < config.ref_z
     return alarm, arg, usable
 
 
 def decide(sc: Scan, thresholds, config: SequentialConfig, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Alarm, onset column, onset statistic and maximal stat/threshold ratio from a Scan."""
-    alarm, arg, usable = alarm_rule(sc.stat, sc.valid, thresholds, config)
+    alarm, arg, usable = alarm_rule(sc.stat, sc.valid, thresholds, config, sc.ref_z)
     h = np.asarray(thresholds, float)[: sc.stat.shape[1]]
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(usable, sc.stat / h[None, :], -np.inf)
@@ -238,8 +254,13 @@ def detect_hourly(values: np.ndarray, hour_of_day: np.ndarray, *, bad: int = +1,
     sc = scan(x, hour_of_day, model, config)
     alarm, onset, stat, ratio = decide(sc, thresholds, config, values.shape[1])
     arg = np.where(alarm, values.shape[1] - 1 - onset, 0)
-    d = np.take_along_axis(sc.shift, arg[:, None], axis=1)[:, 0]
-    lb = np.take_along_axis(sc.level, arg[:, None], axis=1)[:, 0] + sc.cycle[:, -1]
+    lb = np.take_along_axis(sc.level, arg[:, None], axis=1)[:, 0]
+    # magnitude: t M-estimate of the de-cycled post-change hours against the pre-change level (the
+    # GLR's maximising d is on a coarse grid)
+    zone = x[:, -M:] - sc.cycle - lb[:, None]
+    post = np.where(np.arange(M)[None, :] >= (M - 1 - arg)[:, None], zone, np.nan)
+    d = np.where(alarm, nm.t_location(post, np.where(model.ok, model.sigma, 1.0) * 0.7, model.nu), 0.0)
+    lb = lb + sc.cycle[:, -1]
     before = np.exp(bad * lb)
     after = np.exp(bad * (lb + d))
     mag = np.where(alarm, 100.0 * (after - before) / before, 0.0)

@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--old-series", type=int, default=300, help="step and clean series each for detect_regressions")
     ap.add_argument("--slow-series", type=int, default=150, help="step and clean series each for Otava and PELT")
     ap.add_argument("--speed-series", type=int, default=100_000)
-    ap.add_argument("--target", type=float, default=0.6, help="calibration target, false alarms per 1,000 series-days")
+    ap.add_argument("--target", type=float, default=0.75, help="calibration target, false alarms per 1,000 series-days")
     args = ap.parse_args(argv)
     if args.quick:
         args.cal_series, args.clean_series, args.step_series, args.old_series, args.slow_series, args.speed_series = 800, 600, 400, 40, 10, 5000

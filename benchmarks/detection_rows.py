@@ -33,6 +33,7 @@ def _replay(x, start, cfg, model_at, mean_at=None):
     M = cfg.max_window
     S = np.empty((n, runs.size, M))
     V = np.empty((n, runs.size, M))
+    Z = np.zeros((n, runs.size, M))
     model = None
     for j, t in enumerate(runs):
         if j % 24 == 0:
@@ -40,8 +41,8 @@ def _replay(x, start, cfg, model_at, mean_at=None):
         lo = t + 1 - M - cfg.reference_hours
         mp = None if mean_at is None else mean_at(t)
         sc = sq.scan(x[:, lo : t + 1], hod[lo : t + 1], model, cfg, mean_path=mp)
-        S[:, j], V[:, j] = sc.stat, sc.valid
-    return runs, S, V
+        S[:, j], V[:, j], Z[:, j] = sc.stat, sc.valid, sc.ref_z
+    return runs, S, V, Z
 
 
 def sequential_stats(values, start, cfg=sq.SequentialConfig()):
@@ -79,18 +80,19 @@ def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool)
     return _replay(x, start, oc, lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
 
 
-def alerts_from_stats(runs, S, V, thresholds, cfg=sq.SequentialConfig()):
+def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
     """Alerts (onset, run) per series from replayed statistics: analytics.sequential.alarm_rule
     each run, and the one-alert-per-event rule."""
-    alarm, arg, _ = sq.alarm_rule(S, V, thresholds, cfg)
+    alarm, arg, _ = sq.alarm_rule(S, V, thresholds, cfg, Z)
     return cal.first_alerts(alarm, runs[None, :] - arg, HOLD, runs)
 
 
-def calibrate(runs, S, V, target, cfg=sq.SequentialConfig()):
+def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig()):
     _, arg, usable = sq.alarm_rule(S, V, np.full(cfg.max_window, np.inf), cfg)
+    placed = np.take_along_axis(Z, arg[..., None], axis=-1)[..., 0] < cfg.ref_z
     days = S.shape[0] * runs.size / 24
     return cal.calibrate_thresholds(S, usable, runs[None, :] - arg, series_days=days, target_per_1000_days=target,
-                                    hold_hours=HOLD, min_len=cfg.min_len, run_hours=runs, eligible=arg < cfg.max_window - 1)
+                                    hold_hours=HOLD, min_len=cfg.min_len, run_hours=runs, eligible=(arg < cfg.max_window - 1) & placed)
 
 
 # --------------------------------------------------------------------------- the previous hourly path

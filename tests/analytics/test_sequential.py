@@ -27,7 +27,7 @@ def run(values, **kw):
     return sq.detect_hourly(values, np.arange(values.shape[1]) % 24, **kw)
 
 
-@pytest.mark.parametrize("after", [2, 3, 5, 9])
+@pytest.mark.parametrize("after", [3, 4, 6, 10])
 def test_sustained_step_alarms_with_exact_onset(after):
     v = series(n=8, seed=1)
     onset = HIST - after  # the step has ``after`` hours of data
@@ -57,12 +57,24 @@ def test_one_sided_only_the_bad_direction_alarms():
     assert np.allclose(clocks.magnitude_pct, -6.0, atol=1.5)
 
 
-def test_single_hour_of_a_step_is_not_enough():
+def test_a_step_must_hold_three_hours():
     v = series(n=4, seed=4)
     v[:, HIST - 1 :] *= 1.10  # the newest hour only: could be an outlier
     assert not run(v).alarm.any()
-    v[:, HIST - 2 :] *= 1.10  # the step holds a second hour
-    assert run(v).alarm.all()
+    v[:, HIST - 2 :] *= 1.10  # two hours: could be two outlier hours in a row
+    assert not run(v).alarm.any()
+    v[:, HIST - 3 :] *= 1.10  # three hours: a step
+    al = run(v)
+    assert al.alarm.all() and (al.onset == HIST - 3).all()
+
+
+def test_a_step_older_than_the_zone_is_held_back():
+    v = series(n=4, seed=11)
+    v[:, HIST - 30 :] *= 1.06  # began 30 h ago: the onset cannot be placed inside the 12-hour zone
+    assert not run(v).alarm.any()
+    v2 = series(n=4, seed=11)
+    v2[:, HIST - 10 :] *= 1.06
+    assert run(v2).alarm.all()
 
 
 def test_floor_small_steps_are_not_tested():
@@ -83,10 +95,10 @@ def test_daily_cycle_is_not_a_step():
 def test_missing_hours_and_short_history():
     v = series(n=2, seed=7)
     v[:, HIST - 30 : HIST - 20] = np.nan  # a gap in the reference
-    v[:, HIST - 3 :] *= 1.06
+    v[:, HIST - 4 :] *= 1.06
     v[1, : HIST - 90] = np.nan  # a series seen for less than 72 h before the zone: no test
     al = run(v)
-    assert al.alarm[0] and al.onset[0] == HIST - 3
+    assert al.alarm[0] and al.onset[0] == HIST - 4
     assert not al.model_ok[1] and not al.alarm[1] and al.onset[1] == -1
 
 
