@@ -44,8 +44,9 @@ class SequentialConfig:
     fit_hours: history before the zone the noise model is fitted on. floor_pct: smallest step
     (relative, %) tested, the product's minimum magnitude. grid: shift values tried between
     ``grid_lo`` and ``grid_hi`` innovation scales (geometric; all at least the floor). clip:
-    winsorising of the reference, in stationary sigmas. ref_z: an alarm whose onset's reference
-    hours rise by this many standard errors from their first half to their second is held back."""
+    winsorising of the reference, in stationary sigmas. ref_z: an alarm whose onset's last max_window
+    reference hours sit this many standard errors above the earlier ones is held back (the step
+    began before that onset)."""
 
     max_window: int = 12
     min_len: int = 3
@@ -77,8 +78,8 @@ class Scan:
     the end (m = 1..max_window); shift[i, m-1] the maximising step (log units); valid[i, m-1] the
     number of valid hours in that window; level[i, m-1] the pre-change level of that onset (log
     units, cycle removed); cycle: (n, max_window) daily cycle over the zone; ref_z[i, m-1]: the
-    rise from the first to the second half of that onset's reference hours in standard errors
-    (large when the step began before the onset, i.e. before the zone)."""
+    rise of the last max_window reference hours of that onset over the earlier ones, in standard
+    errors (large when the step began before the onset)."""
 
     stat: np.ndarray
     shift: np.ndarray
@@ -168,10 +169,11 @@ def scan(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel, config: S
         j = R + np.arange(M)  # onsets, as indices into y
         with np.errstate(invalid="ignore", divide="ignore"):
             delta = (cs[:, j] - cs[:, j - R]) / (ks[:, j] - ks[:, j - R])
-            half = R // 2
-            early = (cs[:, j - half] - cs[:, j - R]) / (ks[:, j - half] - ks[:, j - R])
-            late = (cs[:, j] - cs[:, j - half]) / (ks[:, j] - ks[:, j - half])
-            se = sig[:, None] * np.sqrt(2.0 * (1 + model.phi[:, None]) / (1 - model.phi[:, None]) / half)
+            w = min(M, R // 2)  # the last w reference hours against the earlier ones
+            early = (cs[:, j - w] - cs[:, j - R]) / (ks[:, j - w] - ks[:, j - R])
+            late = (cs[:, j] - cs[:, j - w]) / (ks[:, j] - ks[:, j - w])
+            lrv = (1 + model.phi[:, None]) / (1 - model.phi[:, None])  # long-run variance factor of AR(1)
+            se = sig[:, None] * np.sqrt(lrv * (1.0 / w + 1.0 / (R - w)))
             ref_z = np.nan_to_num((late - early) / se)
         delta = np.nan_to_num(delta)
         u = y[:, -M - 1 :] - anchor[:, None]
@@ -215,7 +217,7 @@ def alarm_rule(stat: np.ndarray, valid: np.ndarray, thresholds, config: Sequenti
     statistic over windows of >= min_len valid hours); alarm needs some usable window above its
     threshold and an onset that can be placed: inside the zone (not its oldest hour) and with a
     flat reference before it (``ref_z`` at the onset below ``config.ref_z``) — otherwise the step
-    began before the zone, its onset would be misplaced, and the run holds the alarm back."""
+    began earlier, its onset would be misplaced, and the run holds the alarm back."""
     M = stat.shape[-1]
     h = np.asarray(thresholds, float)[:M]
     m = np.arange(1, M + 1)

@@ -68,7 +68,7 @@ def score(alerts_steps, alerts_clean, steps, n_clean) -> dict:
             near = abs(onset - steps.onset[i]) <= MATCH_H
             if seen and onset >= steps.onset[i]:
                 continue  # the step persists: a later alert on it is that event (ongoing), not a new one
-            if near and not scored[i]:
+            if not scored[i] and onset >= steps.onset[i] - MATCH_H:
                 seen = True
                 continue  # an alert on a step below the floor is neither hit nor false
             seen = seen or near
