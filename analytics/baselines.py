@@ -23,24 +23,12 @@ import datetime as dt
 import numpy as np
 import pyarrow as pa
 
-from analytics import series as sr
-from analytics.detect import ewma, ewma_deviation_check, _quiet, _utc_hour
+from analytics.store import baselines as store_baselines
+from analytics.store import series as sr
+from analytics.trend import ewma, ewma_deviation_check, quiet_warnings
+from cudawatch.shards import hour_floor
 
 DEFAULT_ALPHA = 2.0 / (24 + 1)
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS baselines (
-    series VARCHAR NOT NULL,
-    series_key VARCHAR NOT NULL,
-    job VARCHAR, kernel VARCHAR, kernel_id VARCHAR, gpu_uuid VARCHAR, signature VARCHAR,
-    as_of TIMESTAMPTZ NOT NULL,
-    value DOUBLE,            -- the series' value in the as_of hour (NULL when missing)
-    ewma DOUBLE, ewma_prev DOUBLE, deviation DOUBLE, ewma_severity VARCHAR,
-    n BIGINT, median DOUBLE, mad DOUBLE, p10 DOUBLE, p50 DOUBLE, p90 DOUBLE,
-    alpha DOUBLE, window_hours INTEGER,
-    PRIMARY KEY (series_key, as_of)
-);
-"""
 
 
 def update_baselines(con, as_of: dt.datetime, *, alpha: float = DEFAULT_ALPHA, window_hours: int = 168,
@@ -48,54 +36,55 @@ def update_baselines(con, as_of: dt.datetime, *, alpha: float = DEFAULT_ALPHA, w
     """Compute and store the baselines of every watched series for the hour ``as_of``.
 
     alpha: EWMA weight of the newest hour (0 < alpha <= 1). window_hours: trailing window of the
-    robust statistics. series: names from analytics.series.SPECS (default: all).
+    robust statistics. series: names from analytics.store.series.SPECS (default: all).
     """
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
     if window_hours < 1:
         raise ValueError(f"window_hours must be >= 1, got {window_hours}")
-    as_of = _utc_hour(as_of)
-    con.execute(_DDL)
+    as_of = hour_floor(as_of)
+    store_baselines.ensure_table(con)
     prev_hour = as_of - sr.HOUR
     for name in series or tuple(s.name for s in sr.SPECS):
         mat = sr.load_matrix(con, sr.SPEC_BY_NAME[name], as_of, window_hours)
         if not mat.keys:
             continue
-        keys = [sr.series_key(name, k) for k in mat.keys]
-        prev = dict(con.execute(
-            "SELECT series_key, ewma FROM baselines WHERE series = ? AND as_of = ? AND alpha = ?", [name, prev_hour, alpha]
-        ).fetchall())
-        v = mat.values
-        last = v[:, -1]
-        full = ewma(v, alpha)
-        ew_prev = np.array([prev.get(k, np.nan) for k in keys], dtype=float)
-        ew_prev = np.where(np.isnan(ew_prev), full[:, -2] if v.shape[1] > 1 else np.nan, ew_prev)
-        ew = np.where(np.isnan(last), ew_prev, np.where(np.isnan(ew_prev), last, alpha * last + (1 - alpha) * ew_prev))
-        ew = np.where(np.isnan(ew), full[:, -1], ew)
-        with _quiet():
-            med = np.nanmedian(v, axis=1)
-            mad = np.nanmedian(np.abs(v - med[:, None]), axis=1)
-            p10, p50, p90 = np.nanpercentile(v, [10, 50, 90], axis=1)
-            dev = np.where((ew_prev != 0) & ~np.isnan(last), np.abs(last - ew_prev) / np.abs(ew_prev), np.nan)
-        n = np.count_nonzero(~np.isnan(v), axis=1)
-        sev = [ewma_deviation_check(float(x), float(b)) for x, b in zip(last, ew_prev)]
-        cols = list(zip(*mat.keys))
-        rows = pa.table({  # noqa: F841 (read by DuckDB below)
-            "series": [name] * len(keys), "series_key": keys,
-            "job": list(cols[0]), "kernel": list(cols[1]), "kernel_id": list(cols[2]), "gpu_uuid": list(cols[3]),
-            "signature": list(cols[4]), "as_of": pa.array([as_of] * len(keys), pa.timestamp("us", tz="UTC")),
-            "value": _col(last), "ewma": _col(ew), "ewma_prev": _col(ew_prev), "deviation": _col(dev), "ewma_severity": sev,
-            "n": n.astype(np.int64), "median": _col(med), "mad": _col(mad), "p10": _col(p10), "p50": _col(p50), "p90": _col(p90),
-            "alpha": [float(alpha)] * len(keys), "window_hours": pa.array([window_hours] * len(keys), pa.int32()),
-        })
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute("DELETE FROM baselines WHERE series = ? AND as_of = ?", [name, as_of])
-            con.execute("INSERT INTO baselines SELECT * FROM rows")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
+        prev = store_baselines.previous_ewma(con, name, prev_hour, alpha)
+        store_baselines.replace_hour(con, name, as_of, compute_baselines(mat, prev, as_of, alpha=alpha, window_hours=window_hours))
+
+
+def compute_baselines(mat: sr.SeriesMatrix, prev_ewma: dict[str, float], as_of: dt.datetime, *,
+                      alpha: float = DEFAULT_ALPHA, window_hours: int = 168) -> pa.Table:
+    """The ``baselines`` rows of one series family for the hour ``as_of`` (pure: no I/O).
+
+    mat: the family's trailing ``window_hours`` ending at ``as_of``; prev_ewma: the EWMA of each
+    series key at ``as_of - 1 h`` (missing keys are recomputed over the window).
+    """
+    name = mat.spec.name
+    keys = [sr.series_key(name, k) for k in mat.keys]
+    v = mat.values
+    last = v[:, -1]
+    full = ewma(v, alpha)
+    ew_prev = np.array([prev_ewma.get(k, np.nan) for k in keys], dtype=float)
+    ew_prev = np.where(np.isnan(ew_prev), full[:, -2] if v.shape[1] > 1 else np.nan, ew_prev)
+    ew = np.where(np.isnan(last), ew_prev, np.where(np.isnan(ew_prev), last, alpha * last + (1 - alpha) * ew_prev))
+    ew = np.where(np.isnan(ew), full[:, -1], ew)
+    with quiet_warnings():
+        med = np.nanmedian(v, axis=1)
+        mad = np.nanmedian(np.abs(v - med[:, None]), axis=1)
+        p10, p50, p90 = np.nanpercentile(v, [10, 50, 90], axis=1)
+        dev = np.where((ew_prev != 0) & ~np.isnan(last), np.abs(last - ew_prev) / np.abs(ew_prev), np.nan)
+    n = np.count_nonzero(~np.isnan(v), axis=1)
+    sev = [ewma_deviation_check(float(x), float(b)) for x, b in zip(last, ew_prev)]
+    cols = list(zip(*mat.keys))
+    return pa.table({
+        "series": [name] * len(keys), "series_key": keys,
+        "job": list(cols[0]), "kernel": list(cols[1]), "kernel_id": list(cols[2]), "gpu_uuid": list(cols[3]),
+        "signature": list(cols[4]), "as_of": pa.array([as_of] * len(keys), pa.timestamp("us", tz="UTC")),
+        "value": _col(last), "ewma": _col(ew), "ewma_prev": _col(ew_prev), "deviation": _col(dev), "ewma_severity": sev,
+        "n": n.astype(np.int64), "median": _col(med), "mad": _col(mad), "p10": _col(p10), "p50": _col(p50), "p90": _col(p90),
+        "alpha": [float(alpha)] * len(keys), "window_hours": pa.array([window_hours] * len(keys), pa.int32()),
+    })
 
 
 def _col(a: np.ndarray) -> pa.Array:

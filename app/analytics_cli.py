@@ -24,19 +24,28 @@ def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
 
 @contextmanager
 def _writer(db: Path):
-    """A writable connection under the warehouse's writer lock, shared with the Airflow tasks:
-    a command run by hand waits for a running task instead of failing on DuckDB's file lock."""
-    from analytics import store
-    from analytics.store.locking import LockTimeout, writer_lock
+    """A writable connection under the warehouse's writer lock (analytics.store.Store), shared
+    with the Airflow tasks: a command run by hand waits for a running task instead of failing on
+    DuckDB's file lock."""
+    from analytics.store import LockTimeout, Store
 
     try:
-        with writer_lock(db):
-            con = store.connect(db)
-            try:
-                yield con
-            finally:
-                con.close()
+        with Store(db).writer() as con:
+            yield con
     except LockTimeout as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3)
+
+
+@contextmanager
+def _reader(db: Path):
+    """A read-only connection that waits briefly while a writer holds the file."""
+    from analytics.store import Store, WarehouseBusy
+
+    try:
+        with Store(db).reader() as con:
+            yield con
+    except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3)
 
@@ -62,23 +71,45 @@ def analyze(
     as_of: Optional[str] = typer.Option(None, "--as-of", help="Analyse data up to this UTC hour (ISO); default: the latest hour loaded."),
     as_json: bool = typer.Option(False, "--json", help="Print regressions as a JSON list."),
 ) -> None:
-    """Update baselines, detect regressions and attach root causes."""
-    from app import steps
+    """Analyse every hour not analysed yet (baselines, regressions, root causes), oldest first, as
+    the hourly DAG would have; print the regressions reported in the lookback up to --as-of."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from analytics.store import LockTimeout, Store
+    from app.hour import catch_up
 
     as_of_ts = _parse_ts(as_of)
-    with _writer(db) as con:
-        regressions = steps.analyze(con, as_of_ts)
+    err = Console(stderr=True)
+    with Progress(TextColumn("analysing {task.fields[hour]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=as_json and not err.is_terminal) as bar:
+        task = bar.add_task("hours", total=None, hour="")
+
+        def progress(total: int, hour) -> None:
+            if hour is None:
+                bar.update(task, total=total)
+            else:
+                bar.update(task, advance=1, hour=f"{hour:%Y-%m-%d %H:00}")
+
+        try:
+            done = catch_up(Store(db), as_of_ts, progress=progress)
+        except LockTimeout as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(3)
+    regressions = done.regressions
+    if done.as_of is not None and not as_json:
+        err.print(f"analysed {len(done.hours)} hours up to {done.as_of:%Y-%m-%d %H:00}" +
+                  ("" if done.hours else " (all analysed before)"))
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{len(regressions)} regressions")
-    for col in ("severity", "job", "kernel / series", "onset", "change", "p", "causes"):
+    for col in ("severity", "status", "job", "kernel / series", "onset", "change", "p", "causes"):
         table.add_column(col)
     for r in regressions:
-        table.add_row(r.severity, r.job, (r.kernel or r.gpu_uuid or r.series)[:60], f"{r.onset:%Y-%m-%d %H:00}",
+        table.add_row(r.severity, r.status, r.job, (r.kernel or r.gpu_uuid or r.series)[:60], f"{r.onset:%Y-%m-%d %H:00}",
                       r.change_label, f"{r.p_value:.1e}", ", ".join(f.rule for f in r.causes))
     Console().print(table)
 
@@ -142,18 +173,16 @@ def diff(
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
 ) -> None:
     """Trace diff of a job between two windows: kernels added, removed, slower, faster."""
-    from analytics import diff as trace_diff
+    from analytics.store import diff as trace_diff
     from analytics import store
 
     before_ts, after_ts = _parse_ts(before), _parse_ts(after)
-    con = store.connect(db, read_only=True)
-    try:
-        result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)
-    except ValueError as exc:  # unknown job, overlapping windows
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    finally:
-        con.close()
+    with _reader(db) as con:
+        try:
+            result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)
+        except ValueError as exc:  # unknown job, overlapping windows
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2)
     _print_arrow(result, fmt, 200)
 
 

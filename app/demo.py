@@ -39,11 +39,11 @@ class DemoResult:
 
 def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED) -> DemoResult:
     """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced)."""
-    from analytics import store
-    from app import steps
+    import simulator
+    from analytics.store import Store, ingest_shards
+    from app.hour import catch_up
     from cudawatch.shards import parse_utc
     from reports import render
-    import simulator
 
     workdir = Path(workdir)
     shards, db, report = workdir / "shards", workdir / "cudawatch.duckdb", workdir / "report.html"
@@ -52,11 +52,11 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
     db.unlink(missing_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
     simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=parse_utc(DEMO_START))
-    con = store.connect(db)
-    try:
-        ingested = store.ingest_shards(shards, con)
-        regressions = steps.analyze(con)
-    finally:
-        con.close()
-    render.write_report(db, report, None)
+    # `cudawatch ingest` then `cudawatch analyze`: every hour analysed in order by app.hour.run_hour,
+    # as the hourly DAG would have.
+    store = Store(db)
+    with store.writer() as con:
+        ingested = ingest_shards(shards, con)
+        regressions = catch_up(store).regressions
+    render.write_report(store, report, None)
     return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), regressions)

@@ -19,27 +19,30 @@ def report(
     from cudawatch.config import ConfigError, SmtpConfig
     from reports import render
 
+    from analytics.store import LockTimeout, Store, WarehouseBusy
+
     try:
         smtp = SmtpConfig.from_env() if email_to else None
         if smtp is not None and not smtp.host:
             raise ConfigError("--email-to needs CUDAWATCH_SMTP_HOST (and _PORT/_USER/_PASSWORD/_STARTTLS as needed)")
-        path = render.write_report(db, out, date)
+        if not db.exists():
+            raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
+        # Rendered once: the file, its detail pages and the e-mail version come from one build.
+        with Store(db).reader(queue=True) as con:
+            rendered = render.build_archived_report(con, render.parse_day(date, con), out)
+        path = render.write_rendered(rendered, out)
     except (ConfigError, render.ReportError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except (LockTimeout, WarehouseBusy) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from exc
     typer.echo(f"report: {path}")
     if smtp is not None:
         from reports.email import EmailError, send_report_email
 
-        from analytics import store
-
-        con = store.connect(db, read_only=True)
         try:
-            rendered = render.build_report(con, render._parse_day(date, con), image_mode="cid")
-        finally:
-            con.close()
-        try:
-            send_report_email(rendered.html, rendered.text, rendered.images, smtp, email_to, rendered.subject)
+            send_report_email(rendered.mail_html, rendered.text, rendered.images, smtp, email_to, rendered.subject)
         except (EmailError, ConfigError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from exc
@@ -53,7 +56,7 @@ def alert(
 ) -> None:
     """Send new regressions to Slack (CUDAWATCH_SLACK_WEBHOOK_URL) and the JSON webhook
     (CUDAWATCH_WEBHOOK_URL); alerts that could not be delivered are retried by the next run."""
-    from analytics import store
+    from analytics.store import LockTimeout, Store
     from cudawatch.config import AlertConfig, ConfigError
     from reports.alerts import send_new_alerts
 
@@ -68,18 +71,19 @@ def alert(
     if not db.exists():
         typer.echo(f"error: warehouse {db} does not exist (run `cudawatch ingest` first)", err=True)
         raise typer.Exit(2)
-    con = store.connect(db)
     try:
-        if retry_failed:
-            import datetime as dt
+        with Store(db).writer() as con:
+            if retry_failed:
+                import datetime as dt
 
-            from reports import outbox
+                from analytics.store import outbox
 
-            outbox.ensure_outbox(con)
-            typer.echo(f"requeued {outbox.requeue_failed(con, dt.datetime.now(dt.timezone.utc))} failed alerts")
-        result = send_new_alerts(con, config, report_url=report_url)
-    finally:
-        con.close()
+                outbox.ensure_outbox(con)
+                typer.echo(f"requeued {outbox.requeue_failed(con, dt.datetime.now(dt.timezone.utc))} failed alerts")
+            result = send_new_alerts(con, config, report_url=report_url)
+    except LockTimeout as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from exc
     typer.echo(result.summary())
     for err in result.errors:
         typer.echo(f"  {err}", err=True)

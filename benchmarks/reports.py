@@ -59,7 +59,7 @@ def main() -> None:
 
     con = store.connect(demo.db, read_only=True)
     t = time.perf_counter()
-    rep = render.build_report(con, render._parse_day(None, con), image_mode="cid")
+    rep = render.build_report(con, render.parse_day(None, con), image_mode="cid")
     msg = email.build_report_message(rep.html, rep.text, rep.images, sender="a@example.org", to=["b@example.org"], subject=rep.subject)
     raw = msg.as_bytes()
     t_mail = time.perf_counter() - t

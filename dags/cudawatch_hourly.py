@@ -13,6 +13,9 @@ update baselines, detect regressions, attach root causes and send alerts for new
 * **update_baselines → detect → root_cause → send_alerts**: over the whole warehouse, as of the
   hour. Alerts go through an outbox keyed by event id, so re-running an hour sends nothing twice.
 
+Every task is one stage of `app.hour.run_hour(store, hour, partition)`, the composition
+`cudawatch analyze` walks hour by hour; XCom carries only the hour and the partition.
+
 Warehouse writers take the `cudawatch_duckdb` pool (size 1) and a file lock; runs are ordered
 (`max_active_runs=1`) because detection is incremental. Configuration: docs/airflow.md.
 """
@@ -68,32 +71,34 @@ def cudawatch_hourly():
         return steps.ingest_hour(partition, data_interval_start)
 
     @task(pool=POOL)
-    def update_baselines(ingested, data_interval_start=None) -> dict:
+    def update_baselines(data_interval_start=None) -> dict:
         from app import steps
 
         return steps.update_baselines(data_interval_start)
 
     @task(pool=POOL)
-    def detect(baselines: dict, data_interval_start=None) -> list[dict]:
+    def detect(data_interval_start=None) -> dict:
         from app import steps
 
         return steps.detect(data_interval_start)
 
     @task(pool=POOL)
-    def root_cause(regressions: list[dict], data_interval_start=None) -> list[dict]:
+    def root_cause(data_interval_start=None) -> dict:
         from app import steps
 
-        return steps.root_cause(data_interval_start, regressions)
+        return steps.root_cause(data_interval_start)
 
     @task(pool=POOL)
-    def send_alerts(regressions: list[dict], data_interval_start=None) -> dict:
+    def send_alerts(data_interval_start=None) -> dict:
         from app import steps
 
-        return steps.send_alerts(data_interval_start, regressions)
+        return steps.send_alerts(data_interval_start)
 
+    # Each task is one stage of app.hour.run_hour for the run's hour; XCom carries only the hour
+    # and the partition (the events stay in the warehouse).
     arrived = wait_for_shards.expand(partition=partitions())
     ingested = ingest.expand(partition=arrived)
-    send_alerts(root_cause(detect(update_baselines(ingested))))
+    ingested >> update_baselines() >> detect() >> root_cause() >> send_alerts()
 
 
 cudawatch_hourly()

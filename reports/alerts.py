@@ -2,7 +2,7 @@
 
 ``send_new_alerts`` (what ``cudawatch alert`` and the hourly DAG call) queues every open
 regression event that a configured channel has not carried yet, then delivers every due outbox
-row with retries (reports.http). See reports.outbox for the delivery guarantees.
+row with retries (reports.http). See analytics.store.outbox for the delivery guarantees.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from analytics.results import Regression
+from analytics.store.regressions import OPEN, load_regressions
 from cudawatch.config import AlertConfig
-from reports import outbox, slack, webhook
+from analytics.store import outbox
+from reports import slack, webhook
 from reports.http import HttpClient, RetryPolicy, UrllibClient, post_with_retry
 
 #: more new events than this in one run go to Slack as one grouped message
@@ -44,11 +46,7 @@ class AlertResult:
 
 def open_regressions(con) -> list[Regression]:
     """Open regression events (status new or ongoing) from the detector's table."""
-    try:
-        from analytics.detect import load_regressions
-    except ImportError:
-        return []
-    return list(load_regressions(con, statuses=("new", "ongoing")))
+    return list(load_regressions(con, statuses=OPEN))
 
 
 def _messages(regressions: Sequence[Regression], config: AlertConfig, report_url: str | None, con, now: dt.datetime):

@@ -5,8 +5,8 @@ Structure (RFC 2387 multipart/related inside RFC 2046 multipart/alternative)::
     multipart/alternative
     ├── text/plain                      the plain-text report
     └── multipart/related
-        ├── text/html                   the HTML report, images as <img src="cid:NAME@cudawatch">
-        └── image/png  (Content-ID: <NAME@cudawatch>, inline)   one per chart
+        ├── text/html                   the HTML report, images as <img src="cid:NAME@cudawatch.png">
+        └── image/png  (Content-ID: <NAME@cudawatch.png>, inline)   one per chart
 
 Mail clients that show HTML pick the related part; the others show the text. Images travel
 inside the message, so the report renders offline and in clients that block remote images.
@@ -22,6 +22,12 @@ from typing import Iterable, Mapping
 
 from cudawatch.config import ConfigError, SmtpConfig
 from reports.escape import header
+
+
+def cid_of(name: str) -> str:
+    """Content-ID of the chart ``name`` in the e-mail, also the file name it is attached under
+    (``<name>@cudawatch.png``: a valid msg-id, and a file name with its type)."""
+    return f"{name}@cudawatch.png"
 
 
 class EmailError(RuntimeError):
@@ -41,7 +47,7 @@ def build_report_message(
 
     html: the report rendered with ``image_mode="cid"`` (``reports.render.build_report``); text:
     the plain-text version; images: PNG bytes by name, referenced in the HTML as
-    ``cid:<name>@cudawatch``; to: recipient addresses. The subject is stripped of line breaks.
+    ``cid:<name>@cudawatch.png`` (``cid_of``); to: recipient addresses. The subject is stripped of line breaks.
     """
     recipients = [a.strip() for a in to if a and a.strip()]
     if not recipients:
@@ -56,7 +62,7 @@ def build_report_message(
     msg.add_alternative(html, subtype="html", charset="utf-8")
     html_part = msg.get_payload()[1]
     for name, data in images.items():
-        html_part.add_related(data, maintype="image", subtype="png", cid=f"<{name}@cudawatch>",
+        html_part.add_related(data, maintype="image", subtype="png", cid=f"<{cid_of(name)}>",
                               disposition="inline", filename=f"{name}.png")
     return msg
 

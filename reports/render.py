@@ -1,6 +1,6 @@
 """The daily report and the regression detail page: warehouse + regressions -> HTML and text.
 
-``build_report`` gathers every section (reports.data), draws the charts (reports.charts) and
+``build_report`` gathers every section (analytics.store.report), draws the charts (reports.charts) and
 renders the jinja2 templates in ``reports/templates`` with autoescape on, so kernel, job and host
 names (untrusted: they come from user programs) are escaped in HTML; the plain-text version passes
 every value through ``reports.escape.plain``. Charts are PNG: ``data:`` URIs in the HTML file, or
@@ -10,28 +10,28 @@ every value through ``reports.escape.plain``. Charts are PNG: ``data:`` URIs in 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
-
-import jinja2
+from typing import Callable, Iterable
 
 from analytics.results import SEVERITIES, Finding, Regression
-from reports import charts, data
-from reports.escape import header, plain, truncate_middle
+from analytics.store import chart_series
+from analytics.store import report as data
+from reports import charts, jinja
+from reports.email import cid_of
+from reports.escape import header, truncate_middle
 from cudawatch.config import max_overhead_pct
 from cudawatch.shards import atomic_file
 
-TEMPLATES = Path(__file__).parent / "templates"
 #: at most this many per-regression charts in one report (the rest are listed without a chart)
 MAX_CHARTS = 20
 #: hours of history before the onset that a regression chart shows
 CHART_HISTORY_H = 36
 
-STATUS_ORDER = ("new", "ongoing", "resolved")
+from reports.jinja import STATUS_ORDER  # noqa: E402 (re-exported)
 
 
 class ReportError(ValueError):
@@ -48,6 +48,7 @@ class RenderedReport:
     subject: str
     images: dict[str, bytes] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)  # event_id -> detail page HTML
+    mail_html: str = ""  # the same report with ``cid:`` images, for the multipart e-mail
 
 
 @dataclass
@@ -79,100 +80,12 @@ class ReportItem:
         return sorted(self.r.causes, key=lambda f: -f.confidence)
 
 
-# --- jinja2 -------------------------------------------------------------------------------------
-
-def _fmt_num(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "–"
-        if value == 0:
-            return "0"
-        mag = abs(value)
-        if mag >= 1e6:
-            return f"{value:,.0f}"
-        if mag >= 100:
-            return f"{value:,.1f}"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def _fmt_pct(value: Any, digits: int = 1, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, float) and math.isinf(value):
-        return "new (was 0)" if value > 0 else "gone (now 0)"
-    return f"{value:+.{digits}f}%" if signed else f"{value:.{digits}f}%"
-
-
-def _fmt_share(value: Any) -> str:
-    return "–" if value is None else f"{100 * float(value):.1f}%"
-
-
-def _fmt_p(value: Any) -> str:
-    if value is None:
-        return "–"
-    v = float(value)
-    return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
-
-
-def _fmt_ts(value: Any) -> str:
-    if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return "–" if value is None else str(value)
-
-
-def _fmt_evidence(value: Any, limit: int = 240) -> str:
-    """One evidence value as text; ``limit`` > 0 shortens long values (lists of kernel names) in the
-    middle, 0 keeps everything (detail page)."""
-    text = _evidence_text(value)
-    return truncate_middle(text, limit) if limit and len(text) > limit else text
-
-
-def _evidence_text(value: Any) -> str:
-    if isinstance(value, float):
-        return _fmt_num(value, 4)
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_evidence_text(v) for v in value[:12]) + (f" … (+{len(value) - 12})" if len(value) > 12 else "")
-    if isinstance(value, Mapping):
-        return "; ".join(f"{k}={_evidence_text(v)}" for k, v in list(value.items())[:12])
-    if isinstance(value, dt.datetime):
-        return _fmt_ts(value)
-    return str(value)
-
-
-def _rule_title(rule: str) -> str:
-    return rule.replace("_", " ")
-
-
-def _env(text: bool = False) -> jinja2.Environment:
-    if text:
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False, finalize=plain,
-            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-        )
-    else:
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"], default_for_string=True),
-            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-        )
-    env.filters.update(num=_fmt_num, pct=_fmt_pct, share=_fmt_share, pval=_fmt_p, ts=_fmt_ts, evidence=_fmt_evidence,
-                       rule=_rule_title, shorten=truncate_middle)
-    env.globals.update(SEVERITIES=SEVERITIES[::-1], STATUS_ORDER=STATUS_ORDER)
-    return env
-
-
 # --- regressions --------------------------------------------------------------------------------
 
 def load_report_regressions(con, end: dt.datetime) -> list[Regression]:
-    """Regressions known up to ``end`` from the detector's table (``analytics.detect.load_regressions``,
+    """Regressions known up to ``end`` from the detector's table (``analytics.store.regressions.load_regressions``,
     which returns an empty list while the warehouse has no regressions table yet)."""
-    from analytics.detect import load_regressions
+    from analytics.store.regressions import load_regressions
 
     return list(load_regressions(con, until=end))
 
@@ -215,6 +128,15 @@ def _band(points: list[tuple[dt.datetime, float]], onset: dt.datetime) -> tuple[
 
 # --- building -----------------------------------------------------------------------------------
 
+def _archive_href(report_url: str | None) -> Callable[[Regression], str] | None:
+    """Links to the detail pages beside an archived report at ``report_url`` (write_report)."""
+    if not (report_url and report_url.endswith(".html")):
+        return None
+    base, _, page = report_url.rpartition("/")
+    stem = page[: -len(".html")]
+    return lambda r: f"{base}/{stem}-{r.event_id}.html"
+
+
 def build_report(
     con,
     day: dt.date,
@@ -239,16 +161,14 @@ def build_report(
     first, last = data.data_extent(con)
     if regressions is None:
         regressions = load_report_regressions(con, end)
-    if detail_href is None and report_url and report_url.endswith(".html"):
-        # the archived report has its detail pages beside it (write_report): link them from e-mail
-        base, _, page = report_url.rpartition("/")
-        stem = page[: -len(".html")]
-        detail_href = lambda r: f"{base}/{stem}-{r.event_id}.html"  # noqa: E731
+    mail_href = _archive_href(report_url)
+    if detail_href is None:
+        detail_href = mail_href
     images: dict[str, bytes] = {}
 
     def img(name: str) -> str:
         if image_mode == "cid":
-            return f"cid:{name}@cudawatch"
+            return f"cid:{cid_of(name)}"
         return "data:image/png;base64," + base64.b64encode(images[name]).decode()
 
     summary = data.fleet_summary(con, start, end)
@@ -264,7 +184,7 @@ def build_report(
         item = ReportItem(r=r, status=status, unit=unit, scale=scale, href=detail_href(r) if detail_href else None)
         if n < max_charts:
             onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
-            points = data.regression_series(con, r, onset - dt.timedelta(hours=CHART_HISTORY_H), chart_end)
+            points = chart_series.regression_series(con, r, onset - dt.timedelta(hours=CHART_HISTORY_H), chart_end)
             item.points = len(points)
             item.band = _band(points, onset)
             name = f"regression-{r.event_id}"
@@ -289,13 +209,17 @@ def build_report(
         f"cudawatch {day:%Y-%m-%d}: {totals['new']} new, {totals['ongoing']} ongoing regressions"
         + (f" (worst: {worst})" if worst else "")
     )
-    html = _env().get_template("report.html").render(subject=subject, **ctx)
-    text = _env(text=True).get_template("report.txt").render(subject=subject, **ctx)
+    html = jinja.env().get_template("report.html").render(subject=subject, **ctx)
+    # The e-mail: the same content with cid: images and links into the archive (report_url).
+    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}",
+                "items": [dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items]}
+    mail_html = jinja.env().get_template("report.html").render(subject=subject, **mail_ctx)
+    text = jinja.env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
     details = {}
     if detail_href is not None and image_mode == "data":
         for item in items:
             details[item.r.event_id] = render_detail(con, item, day, report_href=report_href)
-    return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details)
+    return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details, mail_html=mail_html)
 
 
 def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | None = None) -> str:
@@ -306,16 +230,16 @@ def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | Non
     onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
     start = max(first, onset - dt.timedelta(days=7)) if first else onset - dt.timedelta(days=7)
     end = (last + dt.timedelta(hours=1)) if last else onset + dt.timedelta(days=1)
-    points = data.regression_series(con, r, start, end)
+    points = chart_series.regression_series(con, r, start, end)
     png = charts.regression_chart(points, onset, r.before, r.after, r.series, band=_band(points, onset), width_in=9.5)
     chart = "data:image/png;base64," + base64.b64encode(png).decode()
-    return _env().get_template("detail.html").render(
+    return jinja.env().get_template("detail.html").render(
         item=item, r=r, day=day, chart=chart, points=points, report_href=report_href,
         generated=dt.datetime.now(dt.timezone.utc), subject=f"cudawatch regression {r.event_id}",
     )
 
 
-def _parse_day(value: str | dt.date | None, con) -> dt.date:
+def parse_day(value: str | dt.date | None, con) -> dt.date:
     if isinstance(value, dt.date):
         return value
     if value is None:
@@ -343,18 +267,29 @@ def write_report(db, out, date: str | dt.date | None = None, *, regressions: lis
     """Write the HTML report for ``date`` (default: the last UTC day with data) to ``out``, and one
     detail page per regression beside it (``<out stem>-<event_id>.html``). Returns ``out``.
 
-    For the last day of the data, regressions that began on earlier days and are still open are
-    included as ``ongoing``, so a 48 h demo's report shows everything still wrong."""
-    from analytics import store
+    db: the warehouse path or an ``analytics.store.Store`` (opened for reading; it waits while a
+    writer holds the file). For the last day of the data, regressions that began on earlier days
+    and are still open are included as ``ongoing``, so a 48 h demo's report shows everything still wrong."""
+    from analytics.store import Store
 
     out = Path(out)
-    con = store.connect(db, read_only=True)
-    try:
-        day = _parse_day(date, con)
-        rendered = build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",
-                                report_href=out.name)
-    finally:
-        con.close()
+    store = db if isinstance(db, Store) else Store(db)
+    with store.reader(queue=True) as con:
+        rendered = build_archived_report(con, parse_day(date, con), out, regressions=regressions)
+    return write_rendered(rendered, out)
+
+
+def build_archived_report(con, day: dt.date, out, *, regressions: list[Regression] | None = None,
+                          report_url: str | None = None) -> RenderedReport:
+    """``build_report`` for a report file at ``out`` with its detail pages beside it."""
+    out = Path(out)
+    return build_report(con, day, regressions=regressions, detail_href=lambda r: f"{out.stem}-{r.event_id}.html",
+                        report_href=out.name, report_url=report_url)
+
+
+def write_rendered(rendered: RenderedReport, out) -> Path:
+    """Write a rendered report (``html``) to ``out`` and its detail pages beside it; returns ``out``."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for event_id, page in rendered.details.items():
         _write_atomic(out.parent / f"{out.stem}-{event_id}.html", page)
@@ -369,5 +304,5 @@ def _write_atomic(path: Path, text: str) -> None:
 
 __all__ = [
     "RenderedReport", "ReportError", "build_report", "classify", "render_detail", "render_report",
-    "render_report_text", "write_report",
+    "render_report_text", "write_report", "build_archived_report", "write_rendered",
 ]

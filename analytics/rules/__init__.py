@@ -3,18 +3,16 @@
 Each rule is one small function ``rule(ctx: RegressionContext) -> Finding | None`` in a module per
 family (``kernels``, ``memcpy``, ``device``, ``regime``), in the spirit of Nsight Compute's rule
 sections and Holistic Trace Analysis' analyses. ``attach_causes`` loads every regression's context
-(analytics.context), runs all rules, ranks findings by confidence and stores them in ``findings``.
+(analytics.store.context), runs all rules, ranks findings by confidence and stores them in ``findings``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from typing import Callable, Iterable
 
-from analytics.context import RegressionContext, load_context
-from analytics.results import Finding, Regression
+from analytics.context import RegressionContext
+from analytics.results import Finding
 from analytics.rules.device import clock_throttle, contention, gpu_idle_gaps, straggler_gpu
 from analytics.rules.kernels import kernel_slower, kernel_vanished, launch_config_changed, more_launches, new_kernel
 from analytics.rules.memcpy import memcpy_throughput_drop, pageable_memcpy
@@ -34,15 +32,6 @@ ALL_RULES: tuple[Rule, ...] = (
 #: The fixed vocabulary of ``causes`` in ``cudawatch analyze --json``.
 RULES: tuple[str, ...] = tuple(rule.__name__ for rule in ALL_RULES)
 
-FINDINGS_DDL = """
-CREATE TABLE IF NOT EXISTS findings (
-    event_id VARCHAR NOT NULL,     -- Regression.event_id
-    rule VARCHAR NOT NULL,         -- a name from analytics.rules.RULES
-    confidence DOUBLE NOT NULL,    -- 0..1; causes rank by it
-    evidence VARCHAR,              -- JSON object: numbers before/after
-    recommendation VARCHAR
-)
-"""
 
 
 def evaluate(ctx: RegressionContext, rules: Iterable[Rule] = ALL_RULES) -> tuple[Finding, ...]:
@@ -62,43 +51,4 @@ def evaluate(ctx: RegressionContext, rules: Iterable[Rule] = ALL_RULES) -> tuple
     return tuple(f for _, _, f in sorted(found, key=lambda t: t[:2]))
 
 
-def attach_causes(con, regressions: list[Regression], *, hours: int = 24, rules: Iterable[Rule] = ALL_RULES) -> list[Regression]:
-    """Return copies of ``regressions`` with ``causes`` filled, and store them in ``findings``.
-
-    hours: length of the before and after windows around each onset. Re-running replaces the
-    stored findings of the same events (idempotent).
-    """
-    rules = tuple(rules)
-    out, explained = [], []
-    for r in regressions:
-        try:
-            ctx = load_context(con, r, hours)
-        except Exception:  # noqa: BLE001 - one unreadable context must not drop the other events
-            log.exception("could not load the context of regression %s (%s, %s)", r.event_id, r.job, r.series)
-            out.append(r)  # its stored findings from an earlier run are kept, not wiped
-            continue
-        explained.append(dataclasses.replace(r, causes=evaluate(ctx, rules)))
-        out.append(explained[-1])
-    store_findings(con, explained)
-    return out
-
-
-def store_findings(con, regressions: list[Regression]) -> None:
-    """Replace the ``findings`` rows of these events with their current causes, in one transaction."""
-    if not regressions:
-        return
-    con.execute(FINDINGS_DDL)
-    rows = [(r.event_id, f.rule, float(f.confidence), json.dumps(dict(f.evidence), default=str, sort_keys=True), f.recommendation)
-            for r in regressions for f in r.causes]
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute("DELETE FROM findings WHERE event_id IN (SELECT unnest(?::VARCHAR[]))", [[r.event_id for r in regressions]])
-        if rows:
-            con.executemany("INSERT INTO findings VALUES (?, ?, ?, ?, ?)", rows)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-
-
-__all__ = ["RULES", "ALL_RULES", "FINDINGS_DDL", "attach_causes", "evaluate", "store_findings", "load_context", *RULES]
+__all__ = ["RULES", "ALL_RULES", "evaluate", *RULES]

@@ -5,12 +5,15 @@ Every other module receives a connection (or plain data) from here; none opens t
 
 from __future__ import annotations
 
-from analytics.store.db import connect, query
+from analytics.store import hours, regressions
+from analytics.store.access import Store, WarehouseBusy, query
+from analytics.store.db import connect
 from analytics.store.ingest import IngestResult, ingest_shards
 from analytics.store.locking import LockTimeout, lock_path, writer_lock
 from analytics.store.schema import DUTY, RAW_TABLES, SIGNATURE, ensure_schema
 
 __all__ = [
+    "Store", "WarehouseBusy", "hours", "regressions",
     "connect", "query", "ensure_schema", "ingest_shards", "IngestResult",
     "writer_lock", "lock_path", "LockTimeout", "DUTY", "SIGNATURE", "RAW_TABLES",
 ]

@@ -1,4 +1,4 @@
-"""Opening the warehouse and running read-only ad-hoc SQL."""
+"""Opening the warehouse file (callers go through ``analytics.store.Store``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from analytics.store.schema import ensure_schema
 
@@ -20,15 +19,3 @@ def connect(db: str | os.PathLike, *, read_only: bool = False) -> duckdb.DuckDBP
     if not read_only:
         ensure_schema(con)
     return con
-
-
-def query(db: str | os.PathLike, sql: str) -> pa.Table:
-    """Run ad-hoc SQL on a read-only connection and return the result as Arrow."""
-    con = connect(db, read_only=True)
-    try:
-        relation = con.sql(sql)
-        if relation is None:  # a statement without a result
-            return pa.table({})
-        return relation.to_arrow_table()
-    finally:
-        con.close()

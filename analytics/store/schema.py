@@ -90,11 +90,30 @@ GROUP BY ALL;
 """
 
 
+#: Hourly bookkeeping: which hours the analysis has run for, and which expected shards never came.
+_HOURS_DDL = """
+CREATE TABLE IF NOT EXISTS analysed_hours (
+    hour TIMESTAMPTZ PRIMARY KEY,      -- a UTC hour whose baselines, detection and causes ran
+    analysed_at TIMESTAMPTZ DEFAULT current_timestamp
+);
+CREATE TABLE IF NOT EXISTS data_gaps (
+    hour TIMESTAMPTZ NOT NULL,         -- the UTC hour whose shards were incomplete
+    partition_name VARCHAR NOT NULL,   -- the hourly DAG's partition (shard root)
+    host VARCHAR NOT NULL,             -- a host seen in the previous hours that sent nothing
+    table_name VARCHAR NOT NULL,       -- the shard table it sent nothing for
+    last_seen TIMESTAMPTZ,             -- the last hour with a shard of this host and table
+    recorded_at TIMESTAMPTZ DEFAULT current_timestamp,
+    PRIMARY KEY (hour, partition_name, host, table_name)
+);
+"""
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the raw tables, the ledger and the quarantine table if they are missing."""
+    """Create the raw tables, the ledger, the quarantine and the hourly bookkeeping tables if missing."""
     for name, schema in sh.SCHEMAS.items():
         con.register("_empty", pa.Table.from_pylist([], schema=schema))
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT *, 0::BIGINT AS shard_id FROM _empty LIMIT 0")
         con.unregister("_empty")
     con.execute(_LEDGER_DDL)
+    con.execute(_HOURS_DDL)
     con.execute(_VIEWS)

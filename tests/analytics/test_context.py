@@ -8,8 +8,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from analytics import rules, store
-from analytics.context import load_context
+from analytics import explain, rules, store
+from analytics.store import regressions
+from analytics.store.context import load_context
 from analytics.results import Regression
 from cudawatch import shards as sh
 
@@ -130,7 +131,7 @@ def test_gpu_regression_without_job_takes_the_busiest_job(con):
 def test_windows_end_at_the_job_s_other_regressions(con):
     from analytics import detect
 
-    detect.ensure_tables(con)
+    regressions.ensure_tables(con)
     other = [("e-later", "train", None, ONSET + dt.timedelta(hours=4)), ("e-gpu", "", "GPU-bbbb", ONSET - dt.timedelta(hours=5)),
              ("e-same", "train", None, ONSET + dt.timedelta(hours=1)), ("e-close", "train", None, ONSET - dt.timedelta(hours=1)),
              ("e-elsewhere", "serve", "GPU-zzzz", ONSET + dt.timedelta(hours=2))]
@@ -155,7 +156,7 @@ def test_bad_hours_is_a_clear_error(con):
 
 def test_attach_causes_ranks_stores_and_is_idempotent(con):
     regs = [reg(), reg(series="gpu_sm_clock_mhz", kernel_id=None, gpu="GPU-bbbb")]
-    out = rules.attach_causes(con, regs, hours=WIN)
+    out = explain.attach_causes(con, regs, hours=WIN)
     kernel_causes = [f.rule for f in out[0].causes]
     assert kernel_causes[0] == "clock_throttle"
     assert {"kernel_slower", "straggler_gpu", "contention"} <= set(kernel_causes) and "launch_config_changed" not in kernel_causes
@@ -168,22 +169,22 @@ def test_attach_causes_ranks_stores_and_is_idempotent(con):
     assert len(rows) == len(out[0].causes) + len(out[1].causes)
     ev = json.loads([r for r in rows if r[0] == out[0].event_id and r[1] == "clock_throttle"][0][3])
     assert ev["gpu_uuid"] == "GPU-bbbb" and ev["reasons"] == ["hw_thermal"] and ev["sm_clock_mhz_after"] == 1500.0
-    again = rules.attach_causes(con, regs, hours=WIN)
+    again = explain.attach_causes(con, regs, hours=WIN)
     assert con.execute("SELECT count(*) FROM findings").fetchone()[0] == len(rows)
     assert [f.rule for f in again[0].causes] == kernel_causes
 
 
 def test_a_context_that_fails_to_load_keeps_earlier_findings(con, monkeypatch):
     regs = [reg()]
-    first = rules.attach_causes(con, regs, hours=WIN)
+    first = explain.attach_causes(con, regs, hours=WIN)
     stored = con.execute("SELECT count(*) FROM findings WHERE event_id = ?", [regs[0].event_id]).fetchone()[0]
     assert stored == len(first[0].causes) > 0
 
     def broken(*args, **kwargs):
         raise OSError("warehouse briefly unreadable")
 
-    monkeypatch.setattr(rules, "load_context", broken)
-    (again,) = rules.attach_causes(con, regs, hours=WIN)
+    monkeypatch.setattr(explain, "load_context", broken)
+    (again,) = explain.attach_causes(con, regs, hours=WIN)
     assert again.causes == ()
     assert con.execute("SELECT count(*) FROM findings WHERE event_id = ?", [regs[0].event_id]).fetchone()[0] == stored
 
@@ -197,7 +198,7 @@ def test_clean_job_gets_no_causes(tmp_path):
         sh.write_shard(root, "kernels", pa.Table.from_pylist(rows), hour, host="node-0", pid=1)
     c = store.connect(tmp_path / "w.duckdb")
     store.ingest_shards(root, c)
-    (out,) = rules.attach_causes(c, [reg()], hours=WIN)
+    (out,) = explain.attach_causes(c, [reg()], hours=WIN)
     assert out.causes == ()
     assert c.execute("SELECT count(*) FROM findings").fetchone()[0] == 0
 

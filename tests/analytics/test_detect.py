@@ -9,6 +9,7 @@ import pytest
 
 from analytics import baselines, detect, store
 from analytics.detect import DetectConfig, ewma_deviation_check
+from analytics.store.regressions import load_regressions
 from cudawatch import shards as sh
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
@@ -98,7 +99,7 @@ def test_step_that_reverts_within_hours_is_recorded_not_returned(tmp_path):
     assert all(open_by_hour[h] == [] for h in range(51, 56))
     rows = con.execute("SELECT series, status, onset, detected_at, ended_at FROM regressions").fetchall()
     assert rows == [("kernel_mean_ns", "went_away", START + 45 * H, START + 47 * H, START + 49 * H)]
-    assert [r.status for r in detect.load_regressions(con)] == ["went_away"]
+    assert [r.status for r in load_regressions(con)] == ["went_away"]
 
 
 def test_clean_warehouse_and_sparse_kernel_stay_quiet(tmp_path):
@@ -126,23 +127,23 @@ def test_full_recompute_agrees_with_incremental(tmp_path):
 def test_load_regressions_filters_and_fills_causes(tmp_path):
     con = warehouse_with(tmp_path, step=(45, None, 10.0))
     (reg,) = detect.detect_regressions(con, START + 59 * H)
-    con.execute("CREATE TABLE findings (event_id VARCHAR, rule VARCHAR, confidence DOUBLE, evidence VARCHAR, recommendation VARCHAR)")
+    # detection created the findings table (analytics.store.regressions owns both tables)
     con.execute("INSERT INTO findings VALUES (?, 'kernel_slower_same_config', 0.9, ?, 'profile it'), (?, 'other', 0.2, 'not json', '')",
                 [reg.event_id, json.dumps({"before_ns": 1.0}), reg.event_id])
-    (loaded,) = detect.load_regressions(con, since=START + 59 * H, statuses=("new",))
+    (loaded,) = load_regressions(con, since=START + 59 * H, statuses=("new",))
     assert loaded.event_id == reg.event_id
     assert [f.rule for f in loaded.causes] == ["kernel_slower_same_config", "other"]
     assert loaded.causes[0].evidence == {"before_ns": 1.0} and loaded.causes[0].recommendation == "profile it"
-    assert detect.load_regressions(con, until=START + 58 * H) == []
-    assert detect.load_regressions(con, statuses=("resolved",)) == []
+    assert load_regressions(con, until=START + 58 * H) == []
+    assert load_regressions(con, statuses=("resolved",)) == []
     con.close()
     ro = store.connect(tmp_path / "w.duckdb", read_only=True)  # readers work on read-only connections
-    assert [r.event_id for r in detect.load_regressions(ro)] == [reg.event_id]
+    assert [r.event_id for r in load_regressions(ro)] == [reg.event_id]
 
 
 def test_empty_warehouse_gives_no_regressions(tmp_path):
     con = store.connect(tmp_path / "empty.duckdb")
-    assert detect.load_regressions(con) == []  # before any detection run: no table yet
+    assert load_regressions(con) == []  # before any detection run: no table yet
     baselines.update_baselines(con, START)
     assert detect.detect_regressions(con, START + dt.timedelta(minutes=30)) == []
     assert con.execute("SELECT count(*) FROM regressions").fetchone()[0] == 0

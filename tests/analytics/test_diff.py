@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analytics import store
-from analytics.diff import SCHEMA, trace_diff
+from analytics.store.diff import SCHEMA, trace_diff
 from app.cli import app
 from tests.analytics.test_context import GEMM, GEMM_N, NORM, ONSET, SOFTMAX, START, build
 

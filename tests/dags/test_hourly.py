@@ -136,8 +136,15 @@ def test_daily_report_is_archived_and_emailed(dagbag, fleet, env, smtp_server, m
     assert day.isoformat() in msg["Subject"]
     body = msg.get_body(("html",)).get_content()
     assert truth["job"] in body and "cid:" in body
-    images = [p for p in msg.walk() if p.get_content_type() == "image/png"]
-    assert images, "the e-mail carries its charts inline"
+    # SmtpHook.send_email_smtp attaches the charts as files of a multipart/related message: every
+    # cid: in the HTML names one of them, and each is a PNG.
+    import re
+
+    assert msg.get_content_type() == "multipart/related"
+    parts = {p["Content-ID"].strip("<>"): p.get_payload(decode=True) for p in msg.walk() if p["Content-ID"]}
+    referenced = set(re.findall(r'src="cid:([^"]+)"', body))
+    assert referenced and referenced <= set(parts), (referenced, set(parts))
+    assert all(data.startswith(b"\x89PNG") for data in parts.values())
 
     # Re-running the day (a retry, a clear in the UI) archives again but does not mail twice.
     again = run_dag(dagbag, "cudawatch_daily_report", dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 45), dt.timezone.utc))

@@ -8,8 +8,10 @@ import shutil
 import duckdb
 import pytest
 
-from analytics import maintenance, store
+from analytics import store
+from analytics.store import maintenance
 from app import steps
+from app.arrival import arrival
 from cudawatch import shards as sh
 from tests.dags.conftest import START, run_dag, task_states
 
@@ -36,7 +38,7 @@ def _raw_counts(con):
 def test_compaction_merges_settled_hours_and_loads_nothing_twice(loaded):
     root, db, con = loaded
     before = _raw_counts(con)
-    hosts_before = steps.arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"]
+    hosts_before = arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"]
     result = maintenance.compact_shards(root, con, older_than=START + 4 * HOUR)
     assert (result.partitions, result.merged_files, result.written_files) == (4 * 4, 4 * 4 * 2, 4 * 4)
     for h in range(6):
@@ -51,7 +53,7 @@ def test_compaction_merges_settled_hours_and_loads_nothing_twice(loaded):
     merged = sum(pq_rows(p) for p in sh.list_shards(root, "kernels") if p.name.startswith("compacted-"))
     assert merged == con.execute("SELECT count(*) FROM kernels WHERE window_start < ?", [START + 4 * HOUR]).fetchone()[0]
     # The sensor still knows which hosts sent shards for a compacted hour.
-    assert steps.arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"] == hosts_before
+    assert arrival({"name": "default", "shards": str(root)}, START + 2 * HOUR, 2)["present"] == hosts_before
     # Idempotent: a second run merges nothing.
     assert maintenance.compact_shards(root, con, older_than=START + 4 * HOUR).partitions == 0
 

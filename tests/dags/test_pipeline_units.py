@@ -11,7 +11,8 @@ import pytest
 
 from app import steps
 from analytics.store.locking import LockTimeout, writer_lock
-from analytics.results import Finding, Regression
+from analytics.store import Store
+from app.hour import run_hour
 from cudawatch.config import ConfigError
 
 UTC = dt.timezone.utc
@@ -101,19 +102,6 @@ def test_sensor_waits_until_grace_then_proceeds(monkeypatch, tmp_path):
     assert steps.check_arrival(empty, hour, now=hour + dt.timedelta(hours=1, minutes=20))[0] is True
 
 
-def test_regression_round_trips_through_xcom_json():
-    import json
-
-    r = Regression(job="train", kernel="gemm<float>", kernel_id="ab", gpu_uuid=None, series="kernel_mean_ns",
-                   onset=dt.datetime(2026, 11, 2, 3, tzinfo=UTC), before=1.0, after=1.3, magnitude_pct=30.0,
-                   p_value=1e-9, severity="high", share_gpu_time=0.4, signature="1x1x1/128x1x1/r32/s0",
-                   status="new", detected_at=dt.datetime(2026, 11, 2, 5, tzinfo=UTC),
-                   causes=(Finding("same_config_slower", 0.9, {"before_ns": 1.0, "when": dt.date(2026, 11, 2)}, "look"),))
-    back = steps.regression_from_dict(json.loads(json.dumps(steps.regression_to_dict(r))))
-    assert back == r and back.event_id == r.event_id
-    assert back.causes[0].evidence == {"before_ns": 1.0, "when": "2026-11-02"}
-
-
 def test_hourly_ingest_picks_up_late_shards_of_earlier_hours(monkeypatch, tmp_path):
     """A shard that arrives after its own hour's run is loaded by a later hour's ingest."""
     import duckdb
@@ -129,12 +117,14 @@ def test_hourly_ingest_picks_up_late_shards_of_earlier_hours(monkeypatch, tmp_pa
         hour = start + dt.timedelta(hours=h)
         sh.write_shard(root, "kernels", kernel_rows(window_start=hour), hour, host="h0", pid=1)
     partition = {"name": "default", "shards": str(root)}
-    first = steps.ingest_hour(partition, start + dt.timedelta(hours=1))
-    assert (first["loaded"], first["late_loaded"]) == (1, 1)  # hour 1, and hour 0 not loaded before
+    store = Store(db)
+    first = run_hour(store, start + dt.timedelta(hours=1), partition, stages=("ingest",))
+    assert (first.ingest.loaded, first.late_loaded) == (1, 1)  # hour 1, and hour 0 not loaded before
     late = sh.write_shard(root, "kernels", kernel_rows(window_start=start, host="h1"), start, host="h1", pid=2)
-    second = steps.ingest_hour(partition, start + dt.timedelta(hours=2))
-    assert (second["loaded"], second["late_loaded"]) == (1, 1)
+    # The DAG's ingest step (the same stage) returns only the hour and the partition for XCom.
+    assert steps.ingest_hour(partition, start + dt.timedelta(hours=2)) == {"hour": "2026-11-01T02:00:00+00:00", "partition": "default"}
     con = duckdb.connect(str(db), read_only=True)
     paths = {r[0] for r in con.execute("SELECT path FROM shard_ledger").fetchall()}
     con.close()
     assert late.relative_to(root).as_posix() in paths and len(paths) == 4
+

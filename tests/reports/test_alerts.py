@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from cudawatch.config import AlertConfig
-from reports import outbox
+from analytics.store import outbox
 from reports.alerts import send_new_alerts
 from reports.http import RetryPolicy
 from tests.reports import fleet

@@ -8,20 +8,18 @@ import pytest
 from typer.testing import CliRunner
 
 from analytics import store
-from app import steps
+from analytics.store import Store
 from app.cli import app
-from reports import data, render
+from app.hour import catch_up
+from analytics.store import report as data
+from reports import render
 
 
 @pytest.fixture(scope="module")
 def analysed_master(fleet_db, tmp_path_factory):
     db = tmp_path_factory.mktemp("analysed") / "analysed.duckdb"
     shutil.copy(fleet_db, db)
-    con = store.connect(db)
-    try:
-        regs = steps.analyze(con)
-    finally:
-        con.close()
+    regs = catch_up(Store(db)).regressions
     assert regs, "the fleet has a slower GEMM and a throttled GPU"
     return db, regs
 

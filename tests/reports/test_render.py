@@ -9,7 +9,9 @@ import re
 import pytest
 
 from analytics import store
-from reports import data, render
+from analytics.store import chart_series
+from analytics.store import report as data
+from reports import render
 from reports.escape import plain, slack, slack_code, truncate_middle
 from tests.reports import fleet
 
@@ -119,9 +121,9 @@ def test_series_of_each_kind_is_found(fleet_db):
     try:
         start, end = fleet.START, fleet.START + dt.timedelta(hours=fleet.HOURS)
         gemm, evil, clock = fleet.regressions()
-        g = data.regression_series(con, gemm, start, end)
-        c = data.regression_series(con, clock, start, end)
-        unknown = data.regression_series(con, dataclasses.replace(gemm, series="kernel_; DROP TABLE kernels"), start, end)
+        g = chart_series.regression_series(con, gemm, start, end)
+        c = chart_series.regression_series(con, clock, start, end)
+        unknown = chart_series.regression_series(con, dataclasses.replace(gemm, series="kernel_; DROP TABLE kernels"), start, end)
     finally:
         con.close()
     assert len(g) == fleet.HOURS and g[0][1] == pytest.approx(420_000, rel=0.03) and g[-1][1] == pytest.approx(504_000, rel=0.03)

@@ -8,6 +8,8 @@ baselines and detection work on arrays, not rows.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 from dataclasses import dataclass
 
@@ -117,10 +119,35 @@ def series_key(name: str, key: tuple) -> str:
     return "|".join([name] + ["" if v is None else str(v) for v in (job, kernel_id, gpu_uuid, signature)])
 
 
+_cache: contextvars.ContextVar[dict | None] = contextvars.ContextVar("cudawatch_matrix_cache", default=None)
+
+
+@contextlib.contextmanager
+def shared_matrices():
+    """Within the block, ``load_matrix`` answers a repeated (connection, spec, end, hours) from
+    memory: the baselines and the detector of one hour read the same series. Use it only around
+    code that does not change the raw tables (app.hour.run_hour's analysis stages)."""
+    token = _cache.set({})
+    try:
+        yield
+    finally:
+        _cache.reset(token)
+
+
 def load_matrix(con, spec: SeriesSpec, end: dt.datetime, hours: int) -> SeriesMatrix:
     """Rows of ``spec`` for the ``hours`` hours ending at ``end`` as a matrix (points below the
     spec's ``min_weight`` become NaN)."""
     end = end.astimezone(dt.timezone.utc) if end.tzinfo else end.replace(tzinfo=dt.timezone.utc)
+    cache = _cache.get()
+    if cache is not None:
+        key = (id(con), spec.name, end, hours)
+        if key not in cache:
+            cache[key] = _load_matrix(con, spec, end, hours)
+        return cache[key]
+    return _load_matrix(con, spec, end, hours)
+
+
+def _load_matrix(con, spec: SeriesSpec, end: dt.datetime, hours: int) -> SeriesMatrix:
     start = end - hours * HOUR
     sql = f"""
         WITH r AS ({spec.sql})

@@ -29,7 +29,8 @@ THROTTLE_REASONS = {0x04: "power cap", 0x08: "HW slowdown", 0x20: "SW thermal", 
 _SHARD_NAME = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)-(?P<uuid>[0-9a-f]{12})\.parquet$")
 
 
-def _rows(con, sql: str, params=()) -> list[tuple]:
+def fetch_rows(con, sql: str, params=()) -> list[tuple]:
+    """Rows of ``sql``; [] while a table or view it reads does not exist yet (a new warehouse)."""
     try:
         return con.execute(sql, list(params)).fetchall()
     except duckdb.CatalogException:
@@ -52,7 +53,7 @@ def day_window(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
 
 def data_extent(con) -> tuple[dt.datetime | None, dt.datetime | None]:
     """First and last UTC hour with kernel or device data."""
-    row = _rows(
+    row = fetch_rows(
         con,
         "SELECT min(t), max(t) FROM (SELECT window_start AS t FROM kernels UNION ALL SELECT ts FROM device)",
     )
@@ -92,7 +93,7 @@ def fleet_summary(con, start: dt.datetime, end: dt.datetime) -> FleetSummary:
     1/sampling_duty) / 3600; observed GPU hours = distinct (GPU, hour) pairs seen by kernels or
     the agent."""
     s = FleetSummary()
-    k = _rows(
+    k = fetch_rows(
         con,
         """SELECT count(DISTINCT job), count(DISTINCT kernel_id),
                   sum(total_ns / coalesce(nullif(sampling_duty, 0), 1)) / 3.6e12,
@@ -102,7 +103,7 @@ def fleet_summary(con, start: dt.datetime, end: dt.datetime) -> FleetSummary:
     )
     if k and k[0][0] is not None:
         s.jobs, s.kernels, s.gpu_busy_hours, s.launches = k[0][0], k[0][1], float(k[0][2] or 0), float(k[0][3] or 0)
-    g = _rows(
+    g = fetch_rows(
         con,
         """WITH seen AS (
                SELECT host, gpu_uuid, date_trunc('hour', window_start) AS h FROM kernels
@@ -155,7 +156,7 @@ class UtilGrid:
 
 
 def utilisation_grid(con, start: dt.datetime, end: dt.datetime) -> UtilGrid:
-    rows = _rows(
+    rows = fetch_rows(
         con,
         """SELECT host, gpu_index, gpu_uuid, hour, sm_util_pct FROM device_hourly
            WHERE hour >= ? AND hour < ? ORDER BY host, gpu_index, gpu_uuid, hour""",
@@ -244,7 +245,7 @@ def data_gaps(con, start: dt.datetime, end: dt.datetime, last_hour: dt.datetime 
         h += dt.timedelta(hours=1)
     gaps.expected_hours = len(expected)
     seen: dict[tuple[str, str], set[dt.datetime]] = {}
-    for path, table, hour in _rows(
+    for path, table, hour in fetch_rows(
         con,
         "SELECT path, table_name, partition_hour FROM shard_ledger WHERE partition_hour >= ? AND partition_hour < ?",
         (start, end),
@@ -291,88 +292,3 @@ def hour_ranges(hours: list[dt.datetime]) -> str:
 
 
 # --- the time series behind one regression ---------------------------------------------------
-
-#: series name prefix -> (view, key columns taken from the Regression, time column)
-_SERIES_SOURCES = {
-    "kernel_": ("kernel_hourly", ("job", "kernel_id", "signature")),
-    "job_": ("job_hourly", ("job",)),
-    "gpu_": ("device_hourly", ("gpu_uuid",)),
-}
-
-
-def _view_columns(con, view: str) -> set[str]:
-    return {r[0] for r in _rows(con, "SELECT column_name FROM information_schema.columns WHERE table_name = ?", (view,))}
-
-
-def regression_series(con, r: Regression, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, float]]:
-    """Hourly values of the series a regression was found in, e.g. ``kernel_mean_ns`` ->
-    ``kernel_hourly.mean_ns`` for the regression's job, kernel and launch signature (launch
-    configurations are summed when the signature is unknown, weighting by launches for means).
-    The detector's own series definitions (``analytics.series.SPEC_BY_NAME``) are used when they
-    know the name, so the chart shows exactly what was analysed. Unknown series names give an
-    empty list; column names are checked against the view, never interpolated from input."""
-    spec_points = _spec_series(con, r, start, end)
-    if spec_points is not None:
-        return spec_points
-    for prefix, (view, keys) in _SERIES_SOURCES.items():
-        if r.series.startswith(prefix):
-            break
-    else:
-        return []
-    metric = r.series[len(prefix):]
-    if metric == "busy_s" and view == "job_hourly":
-        metric = "gpu_busy_s"
-    columns = _view_columns(con, view)
-    if metric not in columns:
-        return []
-    where, params = ["hour >= ?", "hour < ?"], [start, end]
-    for key in keys:
-        value = getattr(r, key)
-        if value is not None and key in columns:
-            where.append(f"{key} = ?")
-            params.append(value)
-    if view == "kernel_hourly" and metric in ("mean_ns", "min_ns", "max_ns"):
-        agg = "sum(mean_ns * launches) / nullif(sum(launches), 0)" if metric == "mean_ns" else f"avg({metric})"
-    elif view == "device_hourly":
-        agg = f"avg({metric})"
-    else:
-        agg = f"sum({metric})"
-    sql = f"SELECT hour, {agg} FROM {view} WHERE {' AND '.join(where)} GROUP BY hour ORDER BY hour"
-    rows = _rows(con, sql, params)
-    if not rows and r.signature is not None and "signature" in columns:
-        # the detector's signature string may be spelled differently; fall back to the kernel
-        return regression_series(con, _without_signature(r), start, end)
-    return [(_hour(h), float(v)) for h, v in rows if v is not None]
-
-
-def _without_signature(r: Regression) -> Regression:
-    import dataclasses
-
-    return dataclasses.replace(r, signature=None)
-
-
-def _spec_series(con, r: Regression, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, float]] | None:
-    try:
-        from analytics.series import SPEC_BY_NAME
-    except ImportError:
-        return None
-    spec = SPEC_BY_NAME.get(r.series)
-    if spec is None:
-        return None
-    # spec SQL takes hours in (start, end]; a key the spec leaves NULL (e.g. job of a GPU series) matches any
-    sql = f"""WITH r AS ({spec.sql})
-              SELECT hour, sum(value * weight) / nullif(sum(weight), 0), avg(value), sum(weight) FROM r
-              WHERE (job IS NULL OR ?::VARCHAR IS NULL OR job = ?) AND (kernel_id IS NULL OR ?::VARCHAR IS NULL OR kernel_id = ?)
-                AND (gpu_uuid IS NULL OR ?::VARCHAR IS NULL OR gpu_uuid = ?) AND (signature IS NULL OR ?::VARCHAR IS NULL OR signature = ?)
-              GROUP BY hour ORDER BY hour"""
-    params = [start - dt.timedelta(hours=1), end - dt.timedelta(hours=1)]
-    for key in (r.job, r.kernel_id, r.gpu_uuid, r.signature):
-        params += [key, key]
-    out = []
-    for hour, weighted, mean, weight in _rows(con, sql, params):
-        if spec.min_weight and (weight or 0) < spec.min_weight:
-            continue
-        value = weighted if weighted is not None else mean
-        if value is not None:
-            out.append((_hour(hour), float(value)))
-    return out

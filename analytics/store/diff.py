@@ -11,7 +11,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from analytics import store
+from analytics.store.schema import DUTY, SIGNATURE
 
 #: Output columns, in order (see docs/root-cause.md).
 SCHEMA = pa.schema([
@@ -25,8 +25,8 @@ SCHEMA = pa.schema([
 
 STATUSES = ("added", "removed", "slower", "faster", "same")
 
-_DUTY = store.DUTY
-_SIG = store.SIGNATURE
+_DUTY = DUTY
+_SIG = SIGNATURE
 
 
 def trace_diff(con, job: str, before: dt.datetime, after: dt.datetime, hours: int = 24, *,

@@ -1,0 +1,234 @@
+"""The regression-event lifecycle, pure (plain data in, plain data out): a change point becomes a
+step (``find_steps``), a step a candidate event (``candidate``), candidates are deduplicated
+against each other and the known events (``dedup``), and known open events are updated -- still
+there, resolved, or went away (``update_open``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analytics.changepoint import detect_change_points
+from analytics.results import Regression
+from analytics.store import series as sr
+from analytics.store.regressions import OPEN
+from analytics.trend import severity_of
+
+
+#: A series that starts from 0 (a new kernel's share) has an infinite relative change; regressions
+#: report it as +1000 % so that JSON, charts and sorting stay finite.
+MAX_MAGNITUDE_PCT = 1000.0
+
+#: Preference when several series show one event of the same kernel (most specific first).
+_PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
+             "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "gpu_sm_clock_mhz": 6, "gpu_mem_clock_mhz": 7}
+
+
+@dataclass(frozen=True)
+class DetectConfig:
+    """Settings of the regression layer (defaults are the benchmarked ones).
+
+    lookback_hours: trailing window each run analyses. tail_hours: change points older than this
+    when first seen are history, not new events. min_points: fewest valid hours a series needs.
+    min_size, window, max_pvalue, min_magnitude_pct: passed to detect_change_points.
+    went_away_hours: a step that reverts within this many hours is recorded as went_away.
+    dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
+    min_share: kernel-level events below this share of their job's GPU time are not raised (0: all).
+    symptom_hours: a job or kernel step this close to a step of its GPU's clocks (or a job step this
+    close to a kernel step of the same job) is taken as that event's symptom, not a new event.
+    screen_z: incremental mode's tail screen threshold; incremental=False analyses every series.
+    drift: relative random-walk drift per hour of the series' level (see detect_change_points);
+    None estimates it across the fleet's kernel series each run (``estimate_drift``).
+    series: names of the series families (analytics.store.series.SPECS) to watch.
+    """
+
+    lookback_hours: int = 168
+    tail_hours: int = 24
+    min_points: int = 24
+    min_size: int = 3
+    window: int = 48
+    max_pvalue: float = 1e-6
+    min_magnitude_pct: float = 2.0
+    went_away_hours: int = 6
+    dedup_hours: int = 6
+    min_share: float = 0.0
+    symptom_hours: int = 2
+    screen_z: float = 4.0
+    drift: float | None = None
+    incremental: bool = True
+    series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
+
+    def cp_options(self, period: int | None) -> dict:
+        return dict(min_size=self.min_size, window=self.window, max_pvalue=self.max_pvalue,
+                    min_magnitude_pct=self.min_magnitude_pct, period=period, drift=self.drift or 0.0)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A bad-way level change found in one series (indices into the analysed values)."""
+
+    index: int
+    before: float
+    after: float
+    magnitude_pct: float
+    p_value: float
+    reverted_index: int | None = None
+
+
+def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = DetectConfig()) -> list[Step]:
+    """Bad-way change points of one series, each with the index where it reverted, if it did.
+
+    A later change point reverts a step when it moves the good way and brings the level back to
+    within half the step of the old level. Series with fewer than ``config.min_points`` valid
+    hours, and seasonal series with fewer than three periods, give no steps.
+    """
+    values = np.asarray(values, dtype=float)
+    valid = np.count_nonzero(~np.isnan(values))
+    if valid < config.min_points or (period is not None and valid < 3 * period):
+        return []  # too little data (a seasonal series needs three cycles for its daily profile)
+    cps = detect_change_points(values, **config.cp_options(period))
+    steps = []
+    for i, cp in enumerate(cps):
+        if bad * (cp.mean_after - cp.mean_before) <= 0:
+            continue
+        jump = cp.mean_after - cp.mean_before
+        revert = None
+        for later in cps[i + 1 :]:
+            if bad * (later.mean_after - later.mean_before) < 0 and abs(later.mean_after - cp.mean_before) <= 0.5 * abs(jump):
+                revert = later.index
+                break
+        if _onset_not_yet_clear(values, cp, bad, config.min_size):
+            continue
+        steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
+    return steps
+
+
+def _onset_not_yet_clear(values: np.ndarray, cp, bad: int, min_size: int, window: int = 48) -> bool:
+    """True when the new segment is still short and its first point sits on the old side of the
+    midpoint between the raw medians of the old and the new level: with ``min_size`` points
+    required, a step one hour old plus one high old-level hour can pass the test with the onset an
+    hour early. Waiting a run places it right."""
+    after = values[cp.index :]
+    after = after[~np.isnan(after)]
+    if after.size >= 2 * min_size or after.size == 0:
+        return False
+    before = values[max(0, cp.index - window) : cp.index]
+    before = before[~np.isnan(before)]
+    if before.size == 0:
+        return False
+    mid = 0.5 * (float(np.median(before)) + float(np.median(after)))
+    return bad * (after[0] - mid) <= 0
+
+
+@dataclass
+class Candidate:
+    reg: Regression
+    series_key: str
+    ended_at: dt.datetime | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def candidate(name, mat, i, key, st: Step, shares, gpu_jobs, as_of, config) -> Candidate:
+    job, kernel, kernel_id, gpu_uuid, signature = mat.keys[i]
+    spec = mat.spec
+    if spec.kernel_level:
+        share = shares.get((job, kernel_id), 0.0)
+    elif name.startswith("memcpy_"):
+        share = shares.get(("memcpy", job), 0.0)
+    else:
+        share = 1.0
+    if gpu_uuid is not None and job is None:
+        job = gpu_jobs.get(gpu_uuid, ("", set()))[0] or ""
+    onset = mat.hour_at(st.index)
+    ended = mat.hour_at(st.reverted_index) if st.reverted_index is not None else None
+    status = "new"
+    if ended is not None:
+        status = "went_away" if (ended - onset) <= dt.timedelta(hours=config.went_away_hours) else "resolved"
+    magnitude = max(-MAX_MAGNITUDE_PCT, min(MAX_MAGNITUDE_PCT, st.magnitude_pct))
+    reg = Regression(job=job or "", kernel=kernel, kernel_id=kernel_id, gpu_uuid=gpu_uuid, series=name, onset=onset,
+                     before=st.before, after=st.after, magnitude_pct=magnitude, p_value=st.p_value,
+                     severity=severity_of(magnitude, share), share_gpu_time=share, signature=signature,
+                     status=status, detected_at=as_of)
+    return Candidate(reg, key, ended, {"jobs": gpu_jobs.get(gpu_uuid, ("", set()))[1] if gpu_uuid else {job}})
+
+
+def update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
+    """New status, stats and end of the open events of one series at ``as_of``."""
+    out = []
+    for row in rows:
+        if row["updated_at"] > as_of or row["status"] not in OPEN:
+            continue  # a later run already looked at it, or it is closed
+        onset = row["onset"]
+        match = None
+        for st in steps:
+            if abs((mat.hour_at(st.index) - onset).total_seconds()) <= config.dedup_hours * 3600:
+                match = st
+        status = "new" if row["detected_at"] == as_of else "ongoing"
+        before, after, mag, p, ended = row["before"], row["after"], row["magnitude_pct"], row["p_value"], None
+        if match is not None:
+            after, mag, p = match.after, max(-MAX_MAGNITUDE_PCT, min(MAX_MAGNITUDE_PCT, match.magnitude_pct)), match.p_value
+            if match.reverted_index is not None:
+                ended = mat.hour_at(match.reverted_index)
+        elif i is None:
+            ended = as_of  # the series is gone (kernel or job stopped): the regression no longer shows
+        else:
+            recent = mat.values[i, -config.min_size :]
+            recent = recent[~np.isnan(recent)]
+            if recent.size and abs(np.median(recent) - before) < abs(np.median(recent) - after):
+                ended = as_of - (config.min_size - 1) * sr.HOUR
+        if ended is not None:
+            status = "went_away" if ended - onset <= dt.timedelta(hours=config.went_away_hours) else "resolved"
+        out.append((row["event_id"], status, after, mag, p, ended))
+    return out
+
+
+def dedup(cands: list[Candidate], existing: list[dict], config) -> list[Candidate]:
+    """One event per regression: per kernel (all its signatures and series), per job, per GPU."""
+    near = dt.timedelta(hours=config.dedup_hours)
+    symptom = dt.timedelta(hours=config.symptom_hours)
+
+    def scope(c: Candidate):
+        r = c.reg
+        return _scope(r.series, r.job, r.kernel_id, r.gpu_uuid, r.signature)
+
+    def scope_row(row):
+        return _scope(row["series"], row["job"], row["kernel_id"], row["gpu_uuid"], row["signature"])
+
+    taken: list[tuple] = [(scope_row(r), r["onset"], r["job"]) for r in existing]
+    kept: list[Candidate] = []
+    order = sorted(cands, key=lambda c: (_PRIORITY.get(c.reg.series, 9), -c.reg.share_gpu_time * abs(c.reg.magnitude_pct)))
+    # GPU events first: kernel and job steps of jobs on a GPU that changed at the same hour are its symptoms.
+    order.sort(key=lambda c: scope(c)[0] != "gpu")
+    gpu_events = [(r["onset"], _jobs_of_gpu_row(r)) for r in existing if r["gpu_uuid"] is not None]
+    for c in order:
+        s, onset = scope(c), c.reg.onset
+        if any(ts == s and abs(o - onset) <= near for ts, o, _ in taken):
+            continue
+        if s[0] == "job" and any(ts[0] == "kernel" and j == c.reg.job and abs(o - onset) <= symptom for ts, o, j in taken):
+            continue
+        if s[0] != "gpu" and any(abs(o - onset) <= symptom and c.reg.job in jobs for o, jobs in gpu_events):
+            continue
+        kept.append(c)
+        taken.append((s, onset, c.reg.job))
+        if s[0] == "gpu":
+            gpu_events.append((onset, c.extra.get("jobs", set())))
+    # job-level events found before a kernel event of the same job at the same onset are dropped too
+    return [c for c in kept if not (scope(c)[0] == "job" and any(
+        scope(k)[0] == "kernel" and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= symptom for k in kept))]
+
+
+def _scope(series, job, kernel_id, gpu_uuid, signature) -> tuple:
+    if gpu_uuid is not None:
+        return ("gpu", gpu_uuid)
+    if kernel_id is not None:
+        return ("kernel", job, kernel_id)
+    if series.startswith("memcpy_"):
+        return ("memcpy", job, signature)
+    return ("job", job)
+
+
+def _jobs_of_gpu_row(row) -> set:
+    return {row["job"]} if row.get("job") else set()

@@ -1,0 +1,115 @@
+"""``Store``: the one way every command and Airflow task opens the warehouse.
+
+DuckDB lets one process open a file for writing, and a read-only connection cannot open it while
+another process writes (https://duckdb.org/docs/connect/concurrency). So:
+
+- ``Store.writer()`` takes the writer lock beside the file (``<db>.lock``, shared by the CLI's
+  ingest/analyze/alert/report/maintenance and every Airflow task), then opens a writable
+  connection; a second writer waits up to ``lock_timeout_s`` and then gets ``LockTimeout``.
+- ``Store.reader()`` opens a read-only connection and, while a writer holds the file, retries for
+  up to ``read_retry_s`` before raising ``WarehouseBusy``. ``reader(queue=True)`` first queues on
+  the writer lock (reports: they must not fail behind a long ``analyze``).
+
+Both are re-entrant: inside ``writer()`` a nested ``writer()`` or ``reader()`` reuses the open
+connection, so a composition (``app.hour.run_hour``) can be called under a longer writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from analytics.store.db import connect
+from analytics.store.locking import writer_lock
+
+
+class WarehouseBusy(RuntimeError):
+    """A reader could not open the warehouse because a writer kept it locked for too long."""
+
+
+def _is_lock_conflict(exc: duckdb.Error) -> bool:
+    text = str(exc).lower()
+    return "lock" in text and ("conflicting" in text or "could not set lock" in text)
+
+
+class Store:
+    """The warehouse file ``db`` and the rules for opening it (see the module docstring)."""
+
+    def __init__(self, db: str | os.PathLike, *, lock_timeout_s: float = 600.0, read_retry_s: float = 30.0,
+                 poll_s: float = 0.2) -> None:
+        self.db = Path(db)
+        self.lock_timeout_s = lock_timeout_s
+        self.read_retry_s = read_retry_s
+        self.poll_s = poll_s
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._writable = False
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.db)!r})"
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A writable connection under the writer lock (created with its tables if missing)."""
+        if self._con is not None:
+            if not self._writable:
+                raise RuntimeError("Store.writer() inside Store.reader(): take the writer first")
+            yield self._con
+            return
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        with writer_lock(self.db, timeout_s=self.lock_timeout_s, poll_s=self.poll_s):
+            con = connect(self.db)
+            self._con, self._writable = con, True
+            try:
+                yield con
+            finally:
+                self._con, self._writable = None, False
+                con.close()
+
+    @contextlib.contextmanager
+    def reader(self, *, queue: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection; waits (up to ``read_retry_s``) while a writer holds the file.
+
+        queue: take the writer lock first (waiting up to ``lock_timeout_s``, like a writer), for
+        readers that must not fail behind a long writer: the report commands and the daily task.
+        """
+        if self._con is not None:
+            yield self._con
+            return
+        with contextlib.ExitStack() as stack:
+            if queue:
+                stack.enter_context(writer_lock(self.db, timeout_s=self.lock_timeout_s, poll_s=self.poll_s))
+            con = self._open_read_only()
+            self._con, self._writable = con, False
+            try:
+                yield con
+            finally:
+                self._con = None
+                con.close()
+
+    def _open_read_only(self) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.read_retry_s
+        while True:
+            try:
+                return connect(self.db, read_only=True)
+            except duckdb.IOException as exc:
+                if not _is_lock_conflict(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise WarehouseBusy(f"warehouse {self.db} is held by a writer; waited {self.read_retry_s:.0f} s "
+                                        f"for read access ({exc})") from exc
+                time.sleep(self.poll_s)
+
+
+def query(db: str | os.PathLike, sql: str) -> pa.Table:
+    """Run ad-hoc SQL on a read-only connection (``Store.reader``) and return the result as Arrow."""
+    with Store(db).reader() as con:
+        relation = con.sql(sql)
+        if relation is None:  # a statement without a result
+            return pa.table({})
+        return relation.to_arrow_table()
