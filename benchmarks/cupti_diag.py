@@ -24,11 +24,12 @@ import argparse
 import ctypes
 import gzip
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
+
+import gpu_workloads  # benchmarks/, the script's folder
 
 ZEROTS_CONFIGS = {
     # name: (device buffer bytes or None = CUPTI default, pool limit or None, forced flush)
@@ -37,11 +38,6 @@ ZEROTS_CONFIGS = {
     "ours_unforced": (4 << 20, 4, False),
 }
 CYCLE_VARIANTS = ("finalize_ours", "finalize_host1", "finalize_default_dev", "disable_flush", "disable_first_finalize")
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _set_attr(cupti, attr, value: int) -> None:
@@ -70,41 +66,6 @@ def _dropped(cupti) -> int | str:
 def _kinds(cupti):
     AK = cupti.ActivityKind
     return [AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD]
-
-
-def _cnn():
-    """The training loop of benchmarks/memory.py as a step function."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    model = nn.Sequential(
-        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(128, 256, 3, padding=1), nn.BatchNorm2d(256), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(256, 10),
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    xs = torch.randn(8, 128, 3, 32, 32).pin_memory()
-    ys = torch.randint(0, 10, (8, 128)).pin_memory()
-    state = {"i": 0}
-
-    def step():
-        i = state["i"]
-        x = xs[i % 8].to(dev, non_blocking=True)
-        y = ys[i % 8].to(dev, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        state["i"] = i + 1
-        if i % 50 == 0:
-            loss.item()
-
-    return step
 
 
 class Counter:
@@ -185,7 +146,7 @@ def zerots(config: str, seconds: float, keep_path: str | None) -> dict:
         cupti.activity_enable(k)
     import torch
 
-    step = _cnn()
+    step = gpu_workloads.cnn_step()
     for _ in range(20):
         step()
     torch.cuda.synchronize()
@@ -204,7 +165,7 @@ def zerots(config: str, seconds: float, keep_path: str | None) -> dict:
             free, total = torch.cuda.mem_get_info()
             with cnt.lock:
                 series.append({"t": round(time.monotonic() - t0, 2), "steps": steps[0], **cnt.c, "dropped": dropped_total,
-                               "rss_mib": round(_rss_mib(), 1), "gpu_used_mib": round((total - free) / 2**20, 1),
+                               "rss_mib": round(gpu_workloads.rss_mib(), 1), "gpu_used_mib": round((total - free) / 2**20, 1),
                                "requested": cnt.requested})
 
     th = threading.Thread(target=monitor, daemon=True)
@@ -243,7 +204,7 @@ def cycles(variant: str, n: int) -> dict:
         for k in kinds:
             cupti.activity_enable(k)
 
-    step = _cnn()
+    step = gpu_workloads.cnn_step()
     for _ in range(200):  # cuDNN/cuBLAS modules loaded before the first attach
         step()
     torch.cuda.synchronize()
@@ -252,7 +213,7 @@ def cycles(variant: str, n: int) -> dict:
     attached = False
     for i in range(n):
         free, total = torch.cuda.mem_get_info()
-        r0, g0 = _rss_mib(), (total - free) / 2**20
+        r0, g0 = gpu_workloads.rss_mib(), (total - free) / 2**20
         t0 = time.perf_counter()
         if variant == "disable_flush" and attached:
             for k in kinds:
@@ -287,20 +248,19 @@ def cycles(variant: str, n: int) -> dict:
             step()
         torch.cuda.synchronize()
         free, total = torch.cuda.mem_get_info()
-        rows.append({"cycle": i, "rss_delta_mib": round(_rss_mib() - r0, 2), "gpu_delta_mib": round((total - free) / 2**20 - g0, 2),
+        rows.append({"cycle": i, "rss_delta_mib": round(gpu_workloads.rss_mib() - r0, 2), "gpu_delta_mib": round((total - free) / 2**20 - g0, 2),
                      "requested": cnt.requested, "completed": cnt.c["buffers"], "attach_s": round(t_attach, 4),
                      "pause_s": round(t_pause, 4), "records": cnt.c["records"], "valid": cnt.c["valid"]})
-    r_before = _rss_mib()
+    r_before = gpu_workloads.rss_mib()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     per = [r["rss_delta_mib"] for r in rows[2:]]
     return {"variant": variant, "host_buffer": host, "cycles": n, "rows": rows,
             "rss_per_cycle_mib_median": sorted(per)[len(per) // 2] if per else None,
-            "rss_released_by_malloc_trim_mib": round(r_before - _rss_mib(), 1),
+            "rss_released_by_malloc_trim_mib": round(r_before - gpu_workloads.rss_mib(), 1),
             "outstanding_buffers": cnt.requested - cnt.c["buffers"], "final": dict(cnt.c)}
 
 
 def launch() -> dict:
-    import torch
     from cupti import cupti
 
     from collector.aggregate import Aggregator
@@ -308,16 +268,10 @@ def launch() -> dict:
     from collector.tracer import CuptiTracer
 
     kinds = _kinds(cupti)
-    x = torch.zeros(16, device="cuda")
+    launches = gpu_workloads.launch_step()
 
     def rate(sec=1.5):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < sec:
-            for _ in range(100):
-                x.add_(1)
-            torch.cuda.synchronize()
-            n += 100
-        return n / (time.perf_counter() - t0)
+        return gpu_workloads.launch_rate(launches, sec)
 
     def attach_with(completed, size=8 << 20, only=None):
         cupti.activity_register_callbacks(lambda: (size, 0), completed)

@@ -18,52 +18,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+import gpu_workloads  # benchmarks/, the script's folder
+
 
 def train(seconds: float, log_every: int = 0) -> int:
-    """A small real training loop: conv net on synthetic 32x32 images, AdamW, bf16 autocast."""
+    """Run the small real training loop (gpu_workloads.cnn_step) for ``seconds``; returns steps."""
     import torch
-    from torch import nn
 
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    model = nn.Sequential(
-        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(128, 256, 3, padding=1), nn.BatchNorm2d(256), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(256, 10),
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    xs = torch.randn(8, 128, 3, 32, 32).pin_memory()
-    ys = torch.randint(0, 10, (8, 128)).pin_memory()
+    step = gpu_workloads.cnn_step(log_every)
     steps, t_end = 0, time.perf_counter() + seconds
     while time.perf_counter() < t_end:
-        x = xs[steps % 8].to(dev, non_blocking=True)
-        y = ys[steps % 8].to(dev, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        step()
         steps += 1
-        if steps % 50 == 0:
-            loss.item()
-        if log_every and steps % log_every == 0:
-            print(f"step {steps} loss {loss.item():.4f}", flush=True)
     torch.cuda.synchronize()
     return steps
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -113,7 +87,7 @@ def day_volume(root: Path, tmp: Path) -> dict:
 def measure(seconds: float, collect: bool) -> dict:
     root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
     session = None
-    rss0 = _rss_mib()
+    rss0 = gpu_workloads.rss_mib()
     if collect:
         import collector
 
@@ -127,7 +101,7 @@ def measure(seconds: float, collect: bool) -> dict:
 
     def sampler():
         while not stop.wait(2.0):
-            samples.append((time.monotonic() - t0, _rss_mib()))
+            samples.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
             if session is not None:
                 sigs.append(session.agg.signatures())
 
@@ -181,17 +155,17 @@ def cycles(n: int) -> list[dict]:
         b = BufferBudget()
         b.host_buffer, b.device_buffer = host_mib << 20, dev_mib << 20
         t = CuptiTracer(Aggregator(60), b)
-        r0 = _rss_mib()
+        r0 = gpu_workloads.rss_mib()
         for _ in range(n):
             t.attach()
             for _ in range(2000):
                 x.add_(1)
             torch.cuda.synchronize()
             t.detach()
-        r1 = _rss_mib()
+        r1 = gpu_workloads.rss_mib()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         out.append({"host_buffer_mib": host_mib, "device_buffer_mib": dev_mib, "cycles": n,
-                    "rss_growth_mib": r1 - r0, "after_malloc_trim_mib": _rss_mib() - r0})
+                    "rss_growth_mib": r1 - r0, "after_malloc_trim_mib": gpu_workloads.rss_mib() - r0})
     return out
 
 

@@ -38,6 +38,8 @@ import sys
 import tempfile
 import time
 
+import gpu_workloads  # benchmarks/, the script's folder
+
 WORKLOADS = ("launch", "mixed", "heavy")
 MODES = ("none", "cudawatch", "cudawatch_disable", "cudawatch_full", "profiler")
 
@@ -47,14 +49,7 @@ def _workload(name: str):
 
     dev = torch.device("cuda")
     if name == "launch":
-        x = torch.zeros(16, device=dev)
-
-        def step():
-            for _ in range(100):
-                x.add_(1.0)
-            torch.cuda.synchronize()
-
-        return step, 100
+        return gpu_workloads.launch_step(), 100
     if name == "mixed":
         a = torch.randn(2048, 2048, device=dev)
         b = torch.randn(2048, 2048, device=dev)
@@ -165,19 +160,12 @@ def worker(mode: str, workloads: list[str], seconds, warmup_s) -> dict:
 
 def probe() -> dict:
     """Launch rate in one process: untraced, traced, after activity_disable, after cuptiFinalize."""
-    import torch
     from cupti import cupti
 
-    x = torch.zeros(16, device="cuda")
+    launches = gpu_workloads.launch_step()
 
     def rate(sec=1.0):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < sec:
-            for _ in range(100):
-                x.add_(1)
-            torch.cuda.synchronize()
-            n += 100
-        return n / (time.perf_counter() - t0)
+        return gpu_workloads.launch_rate(launches, sec)
 
     kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET, cupti.ActivityKind.OVERHEAD]
     count = [0]

@@ -24,10 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+import gpu_workloads  # benchmarks/, the script's folder
 
 
 def make_step(workload: str):
@@ -37,14 +34,7 @@ def make_step(workload: str):
     dev = torch.device("cuda")
     torch.manual_seed(0)
     if workload == "launch":
-        x = torch.zeros(16, device=dev)
-
-        def step():
-            for _ in range(100):
-                x.add_(1.0)
-            torch.cuda.synchronize()
-
-        return step
+        return gpu_workloads.launch_step()
     if workload != "lm":
         raise SystemExit(f"unknown workload {workload!r} (lm, launch)")
     vocab, d, seq, batch = 8192, 256, 128, 16
@@ -98,7 +88,7 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
 
     def sampler():
         while not stop.wait(5.0):
-            rss.append((round(time.time() - t0, 1), round(_rss_mib(), 1)))
+            rss.append((round(time.time() - t0, 1), round(gpu_workloads.rss_mib(), 1)))
 
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
