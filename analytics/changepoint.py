@@ -245,13 +245,17 @@ def _local_t(z: np.ndarray, lo: int, hi: int, min_size: int, window: int, noise=
     ss = np.maximum(q1 - s1 * m1, 0) + np.maximum(q2 - s2 * m2, 0)
     df = n1 + n2 - 2
     pooled = np.where(df > 0, ss / np.maximum(df, 1), 0.0)
-    var = np.where(noise[0] > 0, noise[0], pooled)
+    # Float noise floor: a noise sigma below the rounding level of the data is taken as that
+    # level, so t stays finite and comparable between splits (an infinite t at every split would
+    # make the scan pick the first split, not the step).
+    floor = (1e-12 * float(np.max(np.abs(seg)))) ** 2
+    var = np.maximum(np.where(noise[0] > 0, noise[0], pooled), floor)
     se = np.sqrt(var * (1.0 / n1 + 1.0 / n2) + noise[1] * (n1 + n2) / 3.0)
     diff = m2 - m1
-    # Float noise floor: differences at the rounding level of the data are no change.
+    # Differences at the rounding level of the data are no change.
     tiny = 1e-12 * (np.abs(m1) + np.abs(m2) + 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(np.abs(diff) <= tiny, 0.0, np.where(se > tiny, diff / np.maximum(se, tiny), np.sign(diff) * np.inf))
+        t = np.where(np.abs(diff) <= tiny, 0.0, diff / np.maximum(se, 1e-300))
     return taus + lo, t, df, m1, m2
 
 
