@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,11 @@ from cudawatch import shards as sh
 
 HOUR = dt.datetime(2026, 11, 1, 5, tzinfo=dt.timezone.utc)
 NOW = dt.datetime(2026, 11, 3, tzinfo=dt.timezone.utc)
+# Random exploration by default (run it locally to look for new failures); CI sets
+# HYPOTHESIS_PROFILE=ci for a fixed sequence, so no landing is decided by chance. Failures found
+# are pinned below with @example.
+settings.register_profile("ci", derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1e308, -1e308, 5e-324, 1e12]))
