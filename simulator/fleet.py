@@ -38,6 +38,8 @@ class Process:
     gpu: int  # fleet-wide GPU index
     pid: int
     run_id: str
+    start: int = 0  # first hour it runs
+    stop: int | None = None  # first hour it no longer runs (None: to the end of the run)
 
 
 @dataclass
