@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from simulator.catalog import SERVE_LLAMA, TRAIN_LLAMA, TRAIN_VIT, Workload
-from simulator.fleet import GPUS_PER_HOST, Fleet, Job, Process, _gpu_uuid
+from simulator.fleet import GPUS_PER_HOST, Fleet, Job, Process, new_gpu_uuid
 
 TEMPLATES = (TRAIN_LLAMA, TRAIN_VIT, SERVE_LLAMA)
 #: Model sizes per template: (suffix, scale of the per-launch durations).
@@ -75,7 +75,7 @@ def build_mixed_fleet(gpus: int, jobs: int, hours: int, rng: np.random.Generator
     n_hosts = math.ceil(gpus / GPUS_PER_HOST)
     hosts = [f"gpu-node-{h:03d}" for h in range(n_hosts)]
     idx = np.arange(gpus)
-    uuids = [_gpu_uuid(rng) for _ in range(gpus)]
+    uuids = [new_gpu_uuid(rng) for _ in range(gpus)]
     speed = np.exp(rng.normal(0.0, 0.005, gpus))
 
     workloads: list[Workload] = list(TEMPLATES)
