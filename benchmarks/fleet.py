@@ -180,7 +180,7 @@ def run_size(gpus: int, args) -> dict:
 
 
 def _table(results: list[dict]) -> str:
-    lines = ["| GPUs (jobs) | series rows | plain load s | ingest s (x plain) | catch-up s | hourly s: median / max | "
+    lines = ["| GPUs (jobs) | raw rows | plain load s | ingest s (x plain) | catch-up s | hourly s: median / max | "
              "day s (24 hourly + report) | report s | peak RSS MiB (ingest / hourly / report) | load avg |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
