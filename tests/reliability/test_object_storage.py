@@ -83,6 +83,12 @@ def test_a_day_of_shards_on_s3_lists_mirrors_and_ingests_like_local(s3_server, t
     assert len(day[("device", START + dt.timedelta(hours=7))]) == 2  # one host's shard + the bad one
 
     part = {"name": "a", "shards": "s3://fleet/shards", "cache": str(tmp_path / "cache")}
+    # the hourly sensor sees who sent shards from the object names
+    from app.arrival import arrival
+
+    seen = arrival(part, START + dt.timedelta(hours=5), 1)
+    assert ("gpu-node-000", "device") in {tuple(x) for x in seen["present"]}
+    assert [m[:2] for m in seen["missing"]] == [["gpu-node-000", "kernels"]]
     st = Store(tmp_path / "w.duckdb")
     for h in range(8):
         run_hour(st, START + dt.timedelta(hours=h), part, stages=("ingest",))
