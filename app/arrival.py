@@ -12,6 +12,7 @@ from typing import Any
 
 from analytics.store.maintenance import COMPACTED_HOST, hosts_of_compacted
 from app.settings import Settings
+from cudawatch import objectstore
 from cudawatch import shards as sh
 from cudawatch.shards import hour_floor
 
@@ -26,8 +27,15 @@ def _host_of(path: Path) -> str:
     return parts[0] if len(parts) == 3 else path.stem
 
 
-def _present(root: Path, hour: dt.datetime) -> set[tuple[str, str]]:
+def _present(root: Path | str, hour: dt.datetime) -> set[tuple[str, str]]:
     out = set()
+    if objectstore.is_uri(root):  # object names only (a compacted object counts as its own host)
+        for table in sh.SCHEMAS:
+            h = hour_floor(hour)
+            for rel in objectstore.list_objects(str(root), f"{table}/date={h:%Y-%m-%d}/hour={h:%H}"):
+                if rel.endswith(".parquet"):
+                    out.add((_host_of(Path(rel)), table))
+        return out
     for p in sh.list_shards(root, None, hour):
         host = _host_of(p)
         hosts = hosts_of_compacted(p) if host == COMPACTED_HOST else {host}
@@ -38,7 +46,7 @@ def _present(root: Path, hour: dt.datetime) -> set[tuple[str, str]]:
 def arrival(partition: dict[str, str], hour: dt.datetime, lookback_h: int) -> dict[str, Any]:
     """Which (host, table) pairs sent shards for ``hour``, and which seen in the previous
     ``lookback_h`` hours did not (from file names only: no warehouse access, no shard reads)."""
-    root = Path(partition["shards"])
+    root = partition["shards"] if objectstore.is_uri(partition["shards"]) else Path(partition["shards"])
     present = _present(root, hour)
     last_seen: dict[tuple[str, str], dt.datetime] = {}
     for back in range(lookback_h, 0, -1):

@@ -55,6 +55,11 @@ def build_daily_report(interval_start: dt.datetime | str) -> str:
     _write_atomic(mail_dir / "subject.txt", rendered.subject.encode("utf-8"))
     _write_atomic(mail_dir / "images.json", json.dumps(sorted(cid_of(n) for n in rendered.images)).encode("utf-8"))
     log.info("report for %s: %s (%d charts)", day, path, len(rendered.images))
+    uri = setting("reports_uri")
+    if uri:  # archive on object storage too (cudawatch.objectstore); the local folder stays for the e-mail step
+        from cudawatch import objectstore
+
+        objectstore.upload_tree(folder, f"{uri.rstrip('/')}/{day.isoformat()}")
     return str(folder)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -21,6 +22,7 @@ from analytics.results import Regression
 from analytics.store import IngestResult, Store, hours, ingest_shards
 from analytics.store.regressions import OPEN, events_to_explain, load_regressions, reported_since
 from analytics.store.series import shared_matrices
+from cudawatch import objectstore
 from cudawatch.config import AlertConfig
 from cudawatch.shards import hour_floor
 
@@ -103,7 +105,9 @@ def run_hour(store: Store, hour: dt.datetime | str, partition: dict[str, str] | 
 def _ingest(con, partition: dict[str, str], hour: dt.datetime, lookback_h: int, result: HourResult) -> None:
     from app.arrival import arrival
 
-    root = Path(partition["shards"])
+    root = _local_root(partition, hour)
+    if root != Path(partition["shards"]):
+        partition = {**partition, "shards": str(root)}
     result.ingest = ingest_shards(root, con, hour=hour)
     # Shards that arrived after their own hour's run: the ledger makes re-scanning cheap.
     late = [ingest_shards(root, con, hour=hour - h * HOUR) for h in range(1, LATE_SHARD_HOURS + 1)]
@@ -116,6 +120,18 @@ def _ingest(con, partition: dict[str, str], hour: dt.datetime, lookback_h: int, 
         result.ingest.quarantined.extend(r.quarantined)
     for path, reason in result.ingest.quarantined:
         log.warning("quarantined %s: %s", path, reason)
+
+
+def _local_root(partition: dict[str, str], hour: dt.datetime) -> Path:
+    """The partition's shard root on disk: itself, or for an ``s3://`` root the local mirror
+    (``partition["cache"]``, else ``$CUDAWATCH_SHARD_CACHE/<name>``, default ``shard-cache/<name>``)
+    after copying in what is new for the hour and the late-shard window (cudawatch.objectstore)."""
+    root = partition["shards"]
+    if not objectstore.is_uri(root):
+        return Path(root)
+    cache = Path(partition.get("cache") or Path(os.environ.get("CUDAWATCH_SHARD_CACHE") or "shard-cache") / partition["name"])
+    objectstore.mirror_hours(root, cache, [hour - h * HOUR for h in range(LATE_SHARD_HOURS, -1, -1)])
+    return cache
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from analytics.store import Store
-from cudawatch.config import AlertConfig, ConfigError, Paths
+from cudawatch.config import AlertConfig, ConfigError, DuckDBConfig, Paths
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class Settings:
     wait_grace_min: int = 20
     expect_lookback_h: int = 3
     lock_timeout_s: int = 900
+    duckdb: DuckDBConfig = DuckDBConfig()
 
     @classmethod
     def resolve(cls) -> "Settings":
@@ -107,11 +108,26 @@ class Settings:
             wait_grace_min=int_setting("wait_grace_min", 20),
             expect_lookback_h=int_setting("expect_lookback_h", 3),
             lock_timeout_s=int_setting("lock_timeout_s", 900),
+            duckdb=duckdb_config(),
         )
 
     def store(self) -> Store:
         """The warehouse, opened under the shared writer lock with this lock timeout."""
-        return Store(self.db, lock_timeout_s=self.lock_timeout_s)
+        return Store(self.db, lock_timeout_s=self.lock_timeout_s, resources=self.duckdb)
+
+
+def duckdb_config() -> DuckDBConfig:
+    """DuckDB threads / memory limit / temp directory: Variables ``cudawatch_duckdb_threads``,
+    ``cudawatch_duckdb_memory_limit``, ``cudawatch_duckdb_temp_dir``, else ``CUDAWATCH_DUCKDB_*``."""
+    env = DuckDBConfig.from_env()
+    threads = setting("duckdb_threads")
+    temp = setting("duckdb_temp_dir")
+    try:
+        n = env.threads if threads is None else int(threads)
+    except ValueError as exc:
+        raise ConfigError(f"cudawatch_duckdb_threads={threads!r} is not an integer") from exc
+    return DuckDBConfig(threads=n, memory_limit=setting("duckdb_memory_limit", env.memory_limit),
+                        temp_directory=env.temp_directory if temp is None else Path(temp))
 
 
 def alert_config() -> AlertConfig:

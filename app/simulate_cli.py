@@ -26,6 +26,9 @@ def simulate(
     hours: int = typer.Option(48, "--hours", min=1, help="Hours to simulate."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same shards)."),
     start: str = typer.Option(DEMO_START, "--start", help="First UTC hour (ISO)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", min=3, help="Run this many jobs of varied models, sizes and life cycles (default: the "
+        "standard three-workload layout)."),
     inject: Optional[List[str]] = typer.Option(
         None, "--inject", help="Regression to inject, e.g. 'kind=kernel_slowdown,job=train-llama,hour=30,pct=8'; "
         "repeatable; 'none' for a clean fleet; default: one of each kind."),
@@ -37,7 +40,8 @@ def simulate(
     inputs.or_exit(inputs.output_dir, out)
     try:
         injections = simulator.parse_injections(inject) if inject else None
-        truth = simulator.simulate_fleet(out, gpus=gpus, hours=hours, seed=seed, start=_parse_start(start), injections=injections)
+        truth = simulator.simulate_fleet(out, gpus=gpus, hours=hours, seed=seed, start=_parse_start(start), injections=injections,
+                                         jobs=jobs)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)

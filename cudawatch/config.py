@@ -7,6 +7,7 @@ Variables and Connections before passing them on; nothing here reads Airflow.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,51 @@ class Paths:
             db=Path(_env("CUDAWATCH_DB", "cudawatch.duckdb", environ)),
             reports=Path(_env("CUDAWATCH_REPORTS", "reports-archive", environ)),
         )
+
+
+_MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DuckDBConfig:
+    """DuckDB resources for every warehouse connection (``analytics.store.connect`` applies them).
+
+    threads: worker threads (None: DuckDB's default, one per core); memory_limit: e.g. ``"3GB"``
+    or ``"2.5GiB"`` (None: DuckDB's default, 80 % of RAM); temp_directory: where DuckDB spills
+    when a query exceeds the memory limit (None: ``<db>.tmp`` beside the warehouse).
+    """
+
+    threads: int | None = None
+    memory_limit: str | None = None
+    temp_directory: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"CUDAWATCH_DUCKDB_THREADS={self.threads} must be at least 1")
+        if self.memory_limit is not None and not _MEMORY.match(self.memory_limit):
+            raise ConfigError(f"CUDAWATCH_DUCKDB_MEMORY_LIMIT={self.memory_limit!r} is not a size like 4GB or 2.5GiB")
+
+    def settings(self) -> dict[str, str | int]:
+        """The ``duckdb.connect(config=...)`` entries for the values that are set."""
+        out: dict[str, str | int] = {}
+        if self.threads is not None:
+            out["threads"] = self.threads
+        if self.memory_limit is not None:
+            out["memory_limit"] = self.memory_limit.strip()
+        if self.temp_directory is not None:
+            out["temp_directory"] = str(self.temp_directory)
+        return out
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> "DuckDBConfig":
+        raw = _env("CUDAWATCH_DUCKDB_THREADS", None, environ)
+        try:
+            threads = None if raw is None else int(raw)
+        except ValueError as exc:
+            raise ConfigError(f"CUDAWATCH_DUCKDB_THREADS={raw!r} is not an integer") from exc
+        temp = _env("CUDAWATCH_DUCKDB_TEMP_DIR", None, environ)
+        return cls(threads=threads, memory_limit=_env("CUDAWATCH_DUCKDB_MEMORY_LIMIT", None, environ),
+                   temp_directory=None if temp is None else Path(temp))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import numpy as np
 from cudawatch import shards
 from simulator.fleet import GPU_MODEL, build_fleet
 from simulator.injections import Injection, default_injections, resolve, truth_record
+from simulator.mix import build_mixed_fleet
 from simulator.plan import build_plan
 from simulator.tables import HourDrawer, host_slices
 
@@ -57,13 +58,16 @@ def simulate_fleet(
     window_s: int = DEFAULT_WINDOW_S,
     device_interval_s: int = DEFAULT_DEVICE_INTERVAL_S,
     writers: int = 4,
+    jobs: int | None = None,
 ) -> GroundTruth:
     """Simulate ``gpus`` GPUs for ``hours`` hours from ``start`` and write shards under ``out``.
 
     injections: ``None`` for the default scenario (one regression of each core kind, onsets spread
     over the second half of the run), ``[]`` for a clean fleet, or explicit injections (see
     ``parse_injections``). window_s: collector window (divides 3600); device_interval_s: device
-    sampling interval (divides window_s); writers: threads writing shards. Writes one shard per (table, host, hour) and
+    sampling interval (divides window_s); writers: threads writing shards; jobs: ``None`` for the
+    standard layout (docs/simulator.md), or a number of jobs of varied models, sizes and life cycles
+    (``simulator.mix``). Writes one shard per (table, host, hour) and
     ``out/ground_truth.json``; returns a GroundTruth.
     """
     if gpus < 1 or hours < 1:
@@ -74,7 +78,7 @@ def simulate_fleet(
         raise ValueError(f"device_interval_s must divide window_s={window_s}, got {device_interval_s}")
     start = _utc(start)
     rng = np.random.default_rng(seed)
-    fleet = build_fleet(gpus, rng)
+    fleet = build_fleet(gpus, rng) if jobs is None else build_mixed_fleet(gpus, jobs, hours, rng)
     names = {j.name for j in fleet.jobs}
     if injections is None:
         chosen = [i for i in default_injections(hours) if hours >= 2 and _default_job(i) in names]
@@ -114,6 +118,7 @@ def simulate_fleet(
         "seed": seed,
         "gpus": gpus,
         "hours": hours,
+        "jobs_arg": jobs,
         "start": start.isoformat(),
         "regressions": regressions,
         "window_s": window_s,

@@ -38,6 +38,8 @@ class Process:
     gpu: int  # fleet-wide GPU index
     pid: int
     run_id: str
+    start: int = 0  # first hour it runs
+    stop: int | None = None  # first hour it no longer runs (None: to the end of the run)
 
 
 @dataclass
@@ -60,7 +62,7 @@ class Fleet:
         raise ValueError(f"no job {name!r} in this fleet; jobs: {', '.join(j.name for j in self.jobs)}")
 
 
-def _gpu_uuid(rng: np.random.Generator) -> str:
+def new_gpu_uuid(rng: np.random.Generator) -> str:
     h = "".join(f"{b:02x}" for b in rng.integers(0, 256, 16))
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
@@ -113,7 +115,7 @@ def build_fleet(gpus: int, rng: np.random.Generator) -> Fleet:
     n_hosts = math.ceil(gpus / GPUS_PER_HOST)
     hosts = [f"gpu-node-{h:03d}" for h in range(n_hosts)]
     idx = np.arange(gpus)
-    uuids = [_gpu_uuid(rng) for _ in range(gpus)]
+    uuids = [new_gpu_uuid(rng) for _ in range(gpus)]
     speed = np.exp(rng.normal(0.0, 0.005, gpus))
     jobs: list[Job] = []
     seen: dict[str, int] = {}

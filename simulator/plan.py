@@ -75,6 +75,7 @@ class Plan:
     jobs: list[Job]
     processes: list[Process]
     proc_start: np.ndarray  # first hour each process runs
+    proc_stop: np.ndarray  # first hour each process no longer runs
     kernels: list[KernelSpec]
     rows: KernelRows
     copies: CopyRows
@@ -110,16 +111,19 @@ def build_plan(fleet: Fleet, injections: list[Resolved], hours: int, start_hour_
     """Lay out kernel rows and copy streams, apply the injections, and draw the shared hourly noise."""
     jobs = list(fleet.jobs)
     processes = list(fleet.processes)
-    proc_start = [0] * len(processes)
+    proc_start = [p.start for p in processes]
+    proc_stop = [hours if p.stop is None else p.stop for p in processes]
     # Contention: an ad-hoc process of another job joins one GPU at the onset.
     for r in injections:
         if r.kind == "contention":
             jobs.append(Job(f"adhoc-notebook-{len(jobs)}", TRAIN_VIT, (r.gpu,)))
             processes.append(Process(len(jobs) - 1, r.gpu, int(rng.integers(2_000, 4_000_000)), rng.bytes(8).hex()))
             proc_start.append(r.onset)
+            proc_stop.append(hours)
     order = sorted(range(len(processes)), key=lambda i: (processes[i].gpu, i))
     processes = [processes[i] for i in order]
     proc_start = np.array([proc_start[i] for i in order], np.int64)
+    proc_stop = np.array([proc_stop[i] for i in order], np.int64)
 
     kernels: list[KernelSpec] = []
     kernel_index: dict[str, int] = {}
@@ -150,24 +154,24 @@ def build_plan(fleet: Fleet, injections: list[Resolved], hours: int, start_hour_
     for p, proc in enumerate(processes):
         job = jobs[proc.job]
         wl = job.workload
-        begin = int(proc_start[p])
+        begin, end = int(proc_start[p]), int(proc_stop[p])
         todo = by_job.get(proc.job, [])
         for k in wl.kernels:
             for ci, c in enumerate(k.configs):
-                stop = hours
+                stop = end
                 for r in todo:
                     applies = r.kernel is k and (r.gpu is None or r.gpu == proc.gpu)
                     if applies and r.kind == "kernel_vanished":
                         stop = min(stop, r.onset)
                     if applies and r.kind == "launch_config_change" and ci == 0:
                         stop = min(stop, r.onset)
-                        add(p, proc, k, ci, _changed_config(c, r.pct), r.onset, hours)
+                        add(p, proc, k, ci, _changed_config(c, r.pct), r.onset, end)
                 add(p, proc, k, ci, c, begin, stop)
         for r in todo:
             if r.kind == "new_kernel" and (r.gpu is None or r.gpu == proc.gpu):
                 c = r.kernel.configs[0]
                 mean_us = r.pct / 100 * wl.step_gpu_us() / c.per_step
-                add(p, proc, r.kernel, 0, LaunchConfig(c.grid, c.block, c.registers, c.smem, c.per_step, mean_us), r.onset, hours)
+                add(p, proc, r.kernel, 0, LaunchConfig(c.grid, c.block, c.registers, c.smem, c.per_step, mean_us), r.onset, end)
 
     n = len(cols["proc"])
     klass = np.array(cols["klass"], np.int64)
@@ -220,7 +224,7 @@ def build_plan(fleet: Fleet, injections: list[Resolved], hours: int, start_hour_
     _cap_busy(rows, steps, synchronous, fleet.gpus, hours)
     copies = _copy_rows(processes, jobs, proc_start, injections, hours, rng)
     series_noise = hourly_log_noise(rng, len(series_ids), hours, hourly_sigma)
-    plan = Plan(fleet, hours, jobs, processes, proc_start, kernels, rows, copies, steps, load, throttle, series_noise)
+    plan = Plan(fleet, hours, jobs, processes, proc_start, proc_stop, kernels, rows, copies, steps, load, throttle, series_noise)
     _restarts(plan, rng)
     return plan
 

@@ -135,7 +135,7 @@ class HourDrawer:
     # -- memcpy ----------------------------------------------------------------------------------
     def _memcpy(self, h: int, hour_us: int):
         plan, rng, W, c = self.plan, self.rng, self.windows, self.plan.copies
-        idx = np.nonzero(plan.proc_start[c.proc] <= h)[0]
+        idx = np.nonzero((plan.proc_start[c.proc] <= h) & (h < plan.proc_stop[c.proc]))[0]
         rep = np.repeat(idx, W)
         win = np.tile(np.arange(W), idx.size)
         down = plan.restart[c.job[rep], h] & (win == 0)
@@ -236,7 +236,7 @@ class HourDrawer:
     # -- health ----------------------------------------------------------------------------------
     def _health(self, h: int, hour_us: int, records):
         plan, rng, W = self.plan, self.rng, self.windows
-        procs = np.nonzero(plan.proc_start <= h)[0]
+        procs = np.nonzero((plan.proc_start <= h) & (h < plan.proc_stop))[0]
         p = np.repeat(procs, W)
         win = np.tile(np.arange(W), procs.size)
         up = ~(plan.restart[self.proc_job[p], h] & (win == 0))  # no collector runs while the job is down

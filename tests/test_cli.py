@@ -94,3 +94,12 @@ def test_ingest_waits_for_the_writer_lock(tmp_path):
     holder.wait(timeout=30)
     assert out.exit_code == 0 and "loaded 1 shards" in out.output
     assert waited >= 1.0, f"ingest did not wait for the lock holder ({waited:.2f} s)"
+
+
+def test_simulate_jobs_option(tmp_path):
+    out = runner.invoke(app, ["simulate", "--out", str(tmp_path / "s"), "--gpus", "16", "--hours", "4", "--jobs", "6"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads((tmp_path / "s" / "ground_truth.json").read_text())
+    assert len(doc["jobs"]) == 6 and doc["jobs_arg"] == 6
+    bad = runner.invoke(app, ["simulate", "--out", str(tmp_path / "t"), "--gpus", "4", "--hours", "2", "--jobs", "5"])
+    assert bad.exit_code == 2 and "more than the 4 GPUs" in bad.output

@@ -28,6 +28,7 @@ import pyarrow as pa
 from analytics.store.db import connect
 from analytics.store.locking import writer_lock
 from analytics.store.sandbox import QueryError, check_statement, connect_sandboxed, one_line
+from cudawatch.config import DuckDBConfig
 
 
 class WarehouseBusy(RuntimeError):
@@ -43,8 +44,9 @@ class Store:
     """The warehouse file ``db`` and the rules for opening it (see the module docstring)."""
 
     def __init__(self, db: str | os.PathLike, *, lock_timeout_s: float = 600.0, read_retry_s: float = 30.0,
-                 poll_s: float = 0.2) -> None:
+                 poll_s: float = 0.2, resources: DuckDBConfig | None = None) -> None:
         self.db = Path(db)
+        self.resources = resources  # DuckDB threads/memory/temp dir; None: CUDAWATCH_DUCKDB_* at connect
         self.lock_timeout_s = lock_timeout_s
         self.read_retry_s = read_retry_s
         self.poll_s = poll_s
@@ -64,7 +66,7 @@ class Store:
             return
         self.db.parent.mkdir(parents=True, exist_ok=True)
         with writer_lock(self.db, timeout_s=self.lock_timeout_s, poll_s=self.poll_s):
-            con = connect(self.db)
+            con = connect(self.db, resources=self.resources)
             self._con, self._writable = con, True
             try:
                 yield con
@@ -107,7 +109,7 @@ class Store:
         deadline = time.monotonic() + self.read_retry_s
         while True:
             try:
-                return opener(self.db) if opener else connect(self.db, read_only=True)
+                return opener(self.db) if opener else connect(self.db, read_only=True, resources=self.resources)
             except duckdb.IOException as exc:
                 if not _is_lock_conflict(exc):
                     raise

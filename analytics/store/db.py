@@ -8,13 +8,19 @@ from pathlib import Path
 import duckdb
 
 from analytics.store.schema import ensure_schema
+from cudawatch.config import DuckDBConfig
 
 
-def connect(db: str | os.PathLike, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse; a writable connection also creates any missing table."""
+def connect(db: str | os.PathLike, *, read_only: bool = False, resources: DuckDBConfig | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; a writable connection also creates any missing table.
+
+    resources: DuckDB threads, memory limit and temp directory (default: ``DuckDBConfig.from_env()``,
+    the ``CUDAWATCH_DUCKDB_*`` variables); unset values keep DuckDB's defaults.
+    """
     if read_only and not Path(db).exists():
         raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
-    con = duckdb.connect(str(db), read_only=read_only)
+    resources = DuckDBConfig.from_env() if resources is None else resources
+    con = duckdb.connect(str(db), read_only=read_only, config=resources.settings())
     con.execute("SET TimeZone = 'UTC'")
     if not read_only:
         ensure_schema(con)

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analytics import validate
-from analytics.store.schema import RAW_TABLES
+from analytics.store.schema import RAW_TABLES, refresh_hourly
 from cudawatch import shards as sh
 
 _LEDGER_COLUMNS = ("shard_id", "path", "table_name", "partition_hour", "rows", "bytes")
@@ -271,6 +271,7 @@ def _insert_new_rows(con, table: str, good: list[tuple[_Shard, pa.Table]]) -> di
         )
     finally:
         con.unregister("_batch_rows")
+    refresh_hourly(con, table, lo.as_py(), hi.as_py())
     return dict(con.execute(f"SELECT shard_id, count(*) FROM {table} WHERE shard_id BETWEEN ? AND ? GROUP BY shard_id",
                             [min(ids), max(ids)]).fetchall())
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analytics.store.schema import drop_hourly_before
 from cudawatch import shards as sh
 
 #: Host part of a merged shard's name; ``compacted-0-<uuid>.parquet`` follows shards.shard_name.
@@ -184,6 +185,7 @@ def apply_retention(shards_root: str | os.PathLike, con, reports_root: str | os.
             for table, col in sh.TIME_COLUMN.items():
                 n = con.execute(f"DELETE FROM {table} WHERE {col} < ?", [cutoff]).fetchone()[0]
                 result.warehouse_rows[table] = int(n)
+                drop_hourly_before(con, table, cutoff)
             if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'data_gaps'").fetchone()[0]:
                 result.warehouse_rows["data_gaps"] = int(con.execute("DELETE FROM data_gaps WHERE hour < ?", [cutoff]).fetchone()[0])
             con.execute("COMMIT")

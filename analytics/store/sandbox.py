@@ -58,7 +58,10 @@ def check_statement(sql: str) -> None:
 
 def connect_sandboxed(db: str | os.PathLike) -> duckdb.DuckDBPyConnection:
     """A read-only, externally sealed, configuration-locked connection to an existing warehouse."""
-    con = duckdb.connect(os.fspath(db), read_only=True, config=dict(SANDBOX_CONFIG))
+    from cudawatch.config import DuckDBConfig
+
+    limits = {k: v for k, v in DuckDBConfig.from_env().settings().items() if k != "temp_directory"}
+    con = duckdb.connect(os.fspath(db), read_only=True, config={**limits, **SANDBOX_CONFIG})
     try:
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET lock_configuration = true")

@@ -51,10 +51,13 @@ DUTY = "coalesce(nullif(sampling_duty, 0), 1)::DOUBLE"
 SIGNATURE = ("concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('x', block_x, block_y, block_z), "
              "'r' || registers_per_thread, 's' || shared_mem_bytes)")
 
-#: Hourly views the detectors, rules and reports share. Counts are scaled by 1/sampling_duty so a
-#: duty-cycled collector's launches stay comparable; durations are per launch and need no scaling.
-_VIEWS = f"""
-CREATE OR REPLACE VIEW kernel_hourly AS
+#: Hourly rollups the detectors, rules and reports share: tables (they were views until the fleet
+#: benchmark showed every hourly run re-aggregating the whole raw history), kept up to date by
+#: ``refresh_hourly`` for the hours each ingest batch or retention run touches. Counts are scaled
+#: by 1/sampling_duty so a duty-cycled collector's launches stay comparable; durations are per
+#: launch and need no scaling. name -> (raw table, time column, SELECT with a {where} slot).
+ROLLUPS: dict[str, tuple[str, str, str]] = {
+    "kernel_hourly": ("kernels", "window_start", f"""
 SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kernel) AS kernel,
        grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, shared_mem_bytes,
        {SIGNATURE} AS signature,
@@ -63,19 +66,17 @@ SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kerne
        sum(total_ns) / nullif(sum(launches), 0) AS mean_ns,
        min(min_ns) AS min_ns, max(max_ns) AS max_ns,
        count(DISTINCT gpu_uuid) AS gpus
-FROM kernels
-GROUP BY ALL;
-
-CREATE OR REPLACE VIEW job_hourly AS
+FROM kernels {{where}}
+GROUP BY ALL"""),
+    "job_hourly": ("kernels", "window_start", f"""
 SELECT date_trunc('hour', window_start) AS hour, job,
        sum(total_ns / {DUTY}) / 1e9 AS gpu_busy_s,
        sum(launches / {DUTY}) AS launches,
        count(DISTINCT gpu_uuid) AS gpus,
        count(DISTINCT kernel_id) AS kernels
-FROM kernels
-GROUP BY ALL;
-
-CREATE OR REPLACE VIEW device_hourly AS
+FROM kernels {{where}}
+GROUP BY ALL"""),
+    "device_hourly": ("device", "ts", """
 SELECT date_trunc('hour', ts) AS hour, host, gpu_uuid, any_value(gpu_index) AS gpu_index,
        any_value(gpu_model) AS gpu_model, count(*) AS samples,
        avg(sm_util_pct) AS sm_util_pct, avg(sm_occupancy_pct) AS sm_occupancy_pct,
@@ -84,18 +85,51 @@ SELECT date_trunc('hour', ts) AS hour, host, gpu_uuid, any_value(gpu_index) AS g
        avg(power_w) AS power_w, avg(temp_c) AS temp_c, avg(sm_clock_mhz) AS sm_clock_mhz,
        avg(mem_clock_mhz) AS mem_clock_mhz, bit_or(clocks_event_reasons) AS clocks_event_reasons,
        max(mem_used_bytes) AS mem_used_bytes
-FROM device
-GROUP BY ALL;
-
-CREATE OR REPLACE VIEW memcpy_hourly AS
+FROM device {where}
+GROUP BY ALL"""),
+    "memcpy_hourly": ("memcpy", "window_start", f"""
 SELECT date_trunc('hour', window_start) AS hour, job, copy_kind, src_kind, dst_kind,
        sum(count / {DUTY}) AS count,
        sum(bytes / {DUTY}) AS bytes,
        sum(total_ns / {DUTY}) AS total_ns,
        sum(bytes) / nullif(sum(total_ns), 0) AS bytes_per_ns
-FROM memcpy
-GROUP BY ALL;
-"""
+FROM memcpy {{where}}
+GROUP BY ALL"""),
+}
+
+
+def refresh_hourly(con: duckdb.DuckDBPyConnection, raw_table: str, lo, hi) -> None:
+    """Recompute the rollups of ``raw_table`` for the UTC hours that hold ``lo`` .. ``hi`` (both
+    inclusive; timestamps). Call it in the transaction that changed the raw rows."""
+    for name, (raw, col, select) in ROLLUPS.items():
+        if raw != raw_table:
+            continue
+        where = f"WHERE {col} >= date_trunc('hour', ?::TIMESTAMPTZ) AND {col} < date_trunc('hour', ?::TIMESTAMPTZ) + INTERVAL 1 HOUR"
+        con.execute(f"DELETE FROM {name} WHERE hour >= date_trunc('hour', ?::TIMESTAMPTZ) "
+                    f"AND hour < date_trunc('hour', ?::TIMESTAMPTZ) + INTERVAL 1 HOUR", [lo, hi])
+        con.execute(f"INSERT INTO {name} {select.format(where=where)}", [lo, hi])
+
+
+def drop_hourly_before(con: duckdb.DuckDBPyConnection, raw_table: str, cutoff) -> None:
+    """After raw rows before ``cutoff`` were deleted: drop the rollup hours before it and
+    recompute the hour that holds it (part of it may remain)."""
+    for name, (raw, _, _) in ROLLUPS.items():
+        if raw == raw_table:
+            con.execute(f"DELETE FROM {name} WHERE hour < date_trunc('hour', ?::TIMESTAMPTZ)", [cutoff])
+    refresh_hourly(con, raw_table, cutoff, cutoff)
+
+
+def _ensure_rollups(con: duckdb.DuckDBPyConnection) -> None:
+    """Create missing rollup tables, filled from the raw tables (a warehouse from before the
+    rollups had views of these names: they are replaced)."""
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                             "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall())
+    for name, (_, _, select) in ROLLUPS.items():
+        if kinds.get(name) == "BASE TABLE":
+            continue
+        if kinds.get(name) == "VIEW":
+            con.execute(f"DROP VIEW {name}")
+        con.execute(f"CREATE TABLE {name} AS {select.format(where='')}")
 
 
 #: Hourly bookkeeping: which hours the analysis has run for, and which expected shards never came.
@@ -132,4 +166,4 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.unregister("_empty")
     con.execute(_LEDGER_DDL)
     con.execute(_HOURS_DDL)
-    con.execute(_VIEWS)
+    _ensure_rollups(con)
