@@ -33,6 +33,11 @@ class Metric:
     def name(self) -> str:
         return f"{self.label} of {self.of}"
 
+    @property
+    def title(self) -> str:
+        """``name`` with a capital first letter (``SM clock of the GPU``)."""
+        return self.name[:1].upper() + self.name[1:]
+
 
 #: Every detector series (analytics.store.series.SPECS) with its human label and display unit.
 METRICS: dict[str, Metric] = {
