@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from app.demo import DEMO_START
+from app.demo import DEMO_GPUS, DEMO_HOURS, DEMO_START
 
 
 def _parse_start(value: str) -> dt.datetime:
@@ -46,13 +46,15 @@ def simulate(
 
 def demo(
     workdir: Path = typer.Option(Path("cudawatch-demo"), "--workdir", help="Folder for shards, warehouse and report."),
+    gpus: int = typer.Option(DEMO_GPUS, "--gpus", min=8, help="GPUs in the simulated fleet (8 per host)."),
+    hours: int = typer.Option(DEMO_HOURS, "--hours", min=1, help="Hours to simulate and analyse."),
 ) -> None:
     """Simulate a small fleet with known regressions, run the whole pipeline, write a report."""
     from app.demo import run_demo
     from cudawatch import inputs
 
     inputs.or_exit(inputs.output_dir, workdir, "--workdir")
-    result = run_demo(workdir)
+    result = run_demo(workdir, gpus=gpus, hours=hours)
     typer.echo(result.summary())
 
 

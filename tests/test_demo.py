@@ -60,6 +60,8 @@ def test_demo_warehouse_answers_sql(demo):
 
 
 def test_demo_cli_prints_paths(tmp_path):
-    out = CliRunner().invoke(app, ["demo", "--workdir", str(tmp_path / "d")])
+    # A smaller fleet than the default (the fixture above runs the default demo).
+    out = CliRunner().invoke(app, ["demo", "--workdir", str(tmp_path / "d"), "--gpus", "8", "--hours", "30"])
     assert out.exit_code == 0, out.output
     assert "report:" in out.output and (tmp_path / "d" / "report.html").exists()
+    assert "regressions:" in out.output
