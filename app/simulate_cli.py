@@ -77,7 +77,7 @@ def demo(
         result = run_demo(workdir, gpus=gpus, hours=hours, progress=progress)
         for t in tasks.values():
             bar.update(t, completed=bar.tasks[t].total or 1, total=bar.tasks[t].total or 1)
-    typer.echo("\n".join(result.summary().splitlines()[:5]))
+    typer.echo("\n".join(result.summary().splitlines()[:6]))
     print_rows(REGRESSION_COLUMNS, [regression_row(r) for r in result.regressions], "table",
                title=f"{len(result.regressions)} regressions (the report's order)")
     typer.echo("next:")

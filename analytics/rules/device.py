@@ -164,7 +164,9 @@ def contention(ctx: RegressionContext) -> Finding | None:
 #: Evidence in plain words per rule (see analytics.rules.kernels.EVIDENCE; ``gpu`` names a GPU host:index).
 EVIDENCE = {
     "clock_throttle": (
-        "The SM clock of GPU {{ gpu(ev.gpu_uuid) }} fell from {{ ev.sm_clock_mhz_before | v }} to {{ ev.sm_clock_mhz_after | v }} MHz "
+        "The SM clock of GPU {{ gpu(ev.gpu_uuid) }} "
+        "{% if series == 'gpu_sm_clock_mhz' and ev.gpu_uuid == r.gpu_uuid %}fell {{ size.change }} ({{ size.values }}) "
+        "{% else %}fell from {{ ev.sm_clock_mhz_before | v }} to {{ ev.sm_clock_mhz_after | v }} MHz {% endif %}"
         "while {{ ev.reasons | join(', ') if ev.reasons else 'clock' }} throttling was active {{ ev.throttled_share_after | share }} "
         "of the hours after the change ({{ ev.throttled_share_before | share }} before). Power {{ ev.power_w_before | v }} → "
         "{{ ev.power_w_after | v }} W, temperature {{ ev.temp_c_before | v }} → {{ ev.temp_c_after | v }} °C."),
