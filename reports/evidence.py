@@ -43,8 +43,8 @@ def _share(value: Any) -> str:
         return "–"
     pct = 100 * float(value)
     if pct == 0:
-        return "0 %"
-    return f"{pct:.1f} %" if abs(pct) >= 0.1 else "< 0.1 %"
+        return "0\u00a0%"  # a no-break space: the number and its unit stay on one line
+    return f"{pct:.1f}\u00a0%" if abs(pct) >= 0.1 else "<\u00a00.1\u00a0%"
 
 
 def _signed(pct: Any) -> str:
