@@ -121,7 +121,7 @@ def analyze(
         with _reader(db) as con:
             why = why_no_regressions(con)
         if why:
-            err.print(why)
+            typer.echo(why, err=True)
 
 
 #: The columns of a regression list in the terminal (analyze, demo): the report's "At a glance".
