@@ -67,7 +67,7 @@ def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
         f"*Onset*\n{r.onset:%Y-%m-%d %H:%M} UTC",
     ]
     if r.share_gpu_time and r.kernel:
-        fields.append(f"*Kernel's share of job GPU time (24 h)*\n{100 * r.share_gpu_time:.1f}%")
+        fields.append(f"*Kernel's share of job GPU time (24 h before detection)*\n{100 * r.share_gpu_time:.1f}%")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": single_line(title)[:150], "emoji": True}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{'Kernel' if r.kernel else 'What'}*: {_subject(r)}"}},
