@@ -63,7 +63,9 @@ def ingest(
     hour_ts = _parse_ts(hour)
     inputs.or_exit(inputs.shard_root, shards)
     inputs.or_exit(inputs.writable_db, db)
-    with _writer(db) as con:
+    from app.tables import spinner
+
+    with _writer(db) as con, spinner(f"loading shards from {terminal(shards)}…"):
         result = store.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:

@@ -112,3 +112,10 @@ def _fit(cols: Sequence[Col], rows: Sequence[dict], width: int) -> tuple[list[Co
         cols.remove(victim)
         dropped.append(victim.header)
     return cols, dropped
+
+
+def spinner(message: str):
+    """A rich spinner on stderr while a step runs (shown on a terminal only; a pipe sees nothing)."""
+    from rich.console import Console
+
+    return Console(stderr=True).status(message)
