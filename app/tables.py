@@ -73,13 +73,15 @@ def print_rows(cols: Sequence[Col], rows: Sequence[dict], fmt: str = "table", *,
         # the free name columns share what is left; a name longer than one line of it (two lines on
         # a narrow terminal) loses its middle
         room = (console.width - sum(w for i, w in enumerate(capped) if i not in free) - 3 * len(cols)) // len(free)
-        limit = max(24, min(NAME_LIMIT, room if room >= 40 else 2 * room))
+        cell = room if room >= 40 else 2 * room
         for i in free:
             for row, r in zip(cells, rows):
                 ident = r.get(cols[i].ident) if cols[i].ident else None
-                if len(row[i]) > limit:
-                    head = f"{r[cols[i].prefix]} · " if cols[i].prefix and r.get(cols[i].prefix) else ""
-                    row[i] = head + shorten_name(r.get(cols[i].key), ident, limit=max(24, limit - len(head)))
+                head = f"{r[cols[i].prefix]} · " if cols[i].prefix and r.get(cols[i].prefix) else ""
+                limit = max(24, min(NAME_LIMIT, cell - len(head)))  # the one rule's limit when there is room
+                name = _cell(r.get(cols[i].key))
+                if len(name) > limit:
+                    row[i] = head + shorten_name(r.get(cols[i].key), ident, limit=limit)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for c in cols:
         # time and numbers never wrap nor shrink; names and words wrap
