@@ -93,8 +93,10 @@ def reasons_for(table: str, data: pa.Table, partition_hour: dt.datetime | None, 
         checks.append((f"{name}_out_of_range", _outside(data.column(name), lo, hi)))
     # 4. rules between columns
     if "sampling_duty" in data.column_names:
-        duty = _f64(data, "sampling_duty")  # in (0, 1]
-        checks.append(("sampling_duty_out_of_range", _bad(pc.or_(pc.less_equal(duty, 0.0), pc.greater(duty, 1.0)))))
+        # Rows of records: duty in (0, 1]. A health window may have been paused throughout: [0, 1].
+        duty = _f64(data, "sampling_duty")
+        too_low = pc.less(duty, 0.0) if table == "health" else pc.less_equal(duty, 0.0)
+        checks.append(("sampling_duty_out_of_range", _bad(pc.or_(too_low, pc.greater(duty, 1.0)))))
     if table in ("kernels", "memcpy"):
         window_ns = pc.multiply(pc.cast(data.column("window_s"), pa.float64(), safe=False), float(_NS))
         total = _f64(data, "total_ns")

@@ -7,7 +7,9 @@
 ``measure`` starts the collector in-process (default settings, 60 s windows unless
 CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
 It reports the RSS slope (least squares over the run after the first 20 %, MiB per minute), the
-peak growth, the collector's open signatures, and the shard volume: bytes actually written, and an
+peak growth, the collector's open signatures, the traced fraction actually used (time-weighted
+``sampling_duty`` of the health rows; the controller's duty at the end is reported separately),
+records delivered, without timestamps and dropped, and the shard volume: bytes actually written, and an
 extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
 repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
 """
@@ -16,52 +18,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+import gpu_workloads  # benchmarks/, the script's folder
+
 
 def train(seconds: float, log_every: int = 0) -> int:
-    """A small real training loop: conv net on synthetic 32x32 images, AdamW, bf16 autocast."""
+    """Run the small real training loop (gpu_workloads.cnn_step) for ``seconds``; returns steps."""
     import torch
-    from torch import nn
 
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    model = nn.Sequential(
-        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(128, 256, 3, padding=1), nn.BatchNorm2d(256), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(256, 10),
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    xs = torch.randn(8, 128, 3, 32, 32).pin_memory()
-    ys = torch.randint(0, 10, (8, 128)).pin_memory()
+    step = gpu_workloads.cnn_step(log_every)
     steps, t_end = 0, time.perf_counter() + seconds
     while time.perf_counter() < t_end:
-        x = xs[steps % 8].to(dev, non_blocking=True)
-        y = ys[steps % 8].to(dev, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        step()
         steps += 1
-        if steps % 50 == 0:
-            loss.item()
-        if log_every and steps % log_every == 0:
-            print(f"step {steps} loss {loss.item():.4f}", flush=True)
     torch.cuda.synchronize()
     return steps
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -111,7 +87,7 @@ def day_volume(root: Path, tmp: Path) -> dict:
 def measure(seconds: float, collect: bool) -> dict:
     root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
     session = None
-    rss0 = _rss_mib()
+    rss0 = gpu_workloads.rss_mib()
     if collect:
         import collector
 
@@ -125,7 +101,7 @@ def measure(seconds: float, collect: bool) -> dict:
 
     def sampler():
         while not stop.wait(2.0):
-            samples.append((time.monotonic() - t0, _rss_mib()))
+            samples.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
             if session is not None:
                 sigs.append(session.agg.signatures())
 
@@ -142,11 +118,20 @@ def measure(seconds: float, collect: bool) -> dict:
     if session is not None:
         result["records"] = session.agg.records_total
         result["max_open_signatures"] = max(sigs) if sigs else None
-        result["duty_final"] = session.controller.duty
-        result["dropped"] = None
+        result["controller_duty_at_end"] = session.controller.duty
         import collector
 
         collector.stop()
+        result["dropped"] = session.dropped_total
+        result["records_delivered"] = session.agg.delivered_total
+        result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
+        # the traced fraction actually used: time-weighted sampling_duty of the health rows
+        from cudawatch.shards import list_shards, read_shard
+
+        health = [r for f in list_shards(root, "health") for r in read_shard(f).to_pylist()]
+        result["sampling_duty_mean"] = (sum(r["sampling_duty"] * r["window_s"] for r in health) /
+                                        sum(r["window_s"] for r in health)) if health else None
+        result["data_quality"] = sorted({r["data_quality"] for r in health if r.get("data_quality")})
         shards = [p for p in root.rglob("*.parquet") if ".spool" not in p.parts]
         result["shards"] = len(shards)
         result["shard_bytes_written"] = sum(p.stat().st_size for p in shards)
@@ -170,17 +155,17 @@ def cycles(n: int) -> list[dict]:
         b = BufferBudget()
         b.host_buffer, b.device_buffer = host_mib << 20, dev_mib << 20
         t = CuptiTracer(Aggregator(60), b)
-        r0 = _rss_mib()
+        r0 = gpu_workloads.rss_mib()
         for _ in range(n):
             t.attach()
             for _ in range(2000):
                 x.add_(1)
             torch.cuda.synchronize()
             t.detach()
-        r1 = _rss_mib()
+        r1 = gpu_workloads.rss_mib()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         out.append({"host_buffer_mib": host_mib, "device_buffer_mib": dev_mib, "cycles": n,
-                    "rss_growth_mib": r1 - r0, "after_malloc_trim_mib": _rss_mib() - r0})
+                    "rss_growth_mib": r1 - r0, "after_malloc_trim_mib": gpu_workloads.rss_mib() - r0})
     return out
 
 

@@ -1,22 +1,30 @@
 """Collector overhead on real GPU workloads: no collector vs cudawatch vs torch.profiler.
 
 Workloads (PyTorch, one GPU):
-  launch  launch-bound loop of tiny in-place adds (about 95k kernels/s on an H200 host)
-  mixed   2048x2048 fp32 matmul + relu + pinned 4 MiB host-to-device copy, sync every 10 steps
-  heavy   8192x8192x8192 bf16 matmuls, sync every 4 steps
+  launch  launch-bound loop of 100 tiny in-place adds then sync (~140k kernels/s untraced on the H200 host)
+  mixed   10 x (2048x2048 fp32 matmul + relu + pinned 4 MiB host-to-device copy), then sync
+  heavy   4 x 8192x8192x8192 bf16 matmuls, then sync
 
-Each mode runs in its own process (CUPTI state is per process), modes alternate in a rotating
-order, ``--reps`` times; the table reports the median over reps of each mode's time per step
-divided by the no-collector time per step of the same rep (a ratio of 1.02 = 2 % slower).
+Each mode runs in its own process (CUPTI state is per process); modes alternate in a rotating
+order, ``--reps`` times. Every workload first runs ``--warmup`` seconds untimed (the collector's
+duty-cycle controller settles there: steady state), then ``--seconds`` timed. The summary gives,
+per workload and mode, the ratio of median times per step (mode / no collector, over reps) with a
+bootstrap 95 % interval (reps resampled with replacement, 2000 draws), the median of per-rep
+ratios, and for cudawatch the collector's own estimate of its overhead in the timed part
+(``est_overhead_pct``: estimated tracing cost of the on-phases plus measured detach/attach time,
+over the timed seconds), which must agree with the measured ratio.
 
-  python benchmarks/overhead.py run --reps 5 --seconds 2 --json out.json --md out.md
-  python benchmarks/overhead.py worker --mode cudawatch --seconds 2     (one process, prints JSON)
+  python benchmarks/overhead.py run --reps 2 --json out.json --md out.md \
+      --seconds launch=10,mixed=6,heavy=6 --warmup launch=2,mixed=12,heavy=6
+  python benchmarks/overhead.py run --reps 3 --workloads launch ...   (more reps where the noise is)
+  python benchmarks/overhead.py summarize a.json b.json --md out.md    (pool runs: reps add up per workload)
+  python benchmarks/overhead.py worker --mode cudawatch                (one process, prints JSON)
   python benchmarks/overhead.py probe      (launch rate untraced / traced / after disable / after
                                             cuptiFinalize, and attach/finalize times; one process)
 
-Modes: none, cudawatch (default settings: adaptive duty cycle under CUDAWATCH_MAX_OVERHEAD_PCT,
-off-phases use cuptiActivityDisable), cudawatch_detach (off-phases cuptiFinalize and re-attach),
-cudawatch_full (no duty cycling: every kernel traced), profiler (torch.profiler, CUDA activities only).
+Modes: none; cudawatch (default settings: adaptive duty cycle under CUDAWATCH_MAX_OVERHEAD_PCT,
+off-phases detach with cuptiFinalize); cudawatch_disable (off-phases only cuptiActivityDisable);
+cudawatch_full (no duty cycling: every kernel traced); profiler (torch.profiler, CUDA activities only).
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ import sys
 import tempfile
 import time
 
+import gpu_workloads  # benchmarks/, the script's folder
+
 WORKLOADS = ("launch", "mixed", "heavy")
-MODES = ("none", "cudawatch", "cudawatch_detach", "cudawatch_full", "profiler")
+MODES = ("none", "cudawatch", "cudawatch_disable", "cudawatch_full", "profiler")
 
 
 def _workload(name: str):
@@ -39,14 +49,7 @@ def _workload(name: str):
 
     dev = torch.device("cuda")
     if name == "launch":
-        x = torch.zeros(16, device=dev)
-
-        def step():
-            for _ in range(100):
-                x.add_(1.0)
-            torch.cuda.synchronize()
-
-        return step, 100
+        return gpu_workloads.launch_step(), 100
     if name == "mixed":
         a = torch.randn(2048, 2048, device=dev)
         b = torch.randn(2048, 2048, device=dev)
@@ -88,15 +91,27 @@ def _time(step, seconds: float, warmup_s: float) -> tuple[float, int]:
             return el / n, n
 
 
-def worker(mode: str, workloads: list[str], seconds: float, warmup_s: float) -> dict:
+def _per_workload(spec: str | float, workloads: list[str]) -> dict[str, float]:
+    """``"launch=10,mixed=6"`` or one number for all."""
+    if isinstance(spec, (int, float)) or "=" not in str(spec):
+        return {w: float(spec) for w in workloads}
+    out = dict((k, float(v)) for k, v in (item.split("=") for item in str(spec).split(",") if item))
+    missing = [w for w in workloads if w not in out]
+    if missing:
+        raise SystemExit(f"no time given for {missing} in {spec!r}")
+    return out
+
+
+def worker(mode: str, workloads: list[str], seconds, warmup_s) -> dict:
     session = None
     tmp = tempfile.mkdtemp(prefix="cw-bench-")
+    seconds, warmup_s = _per_workload(seconds, workloads), _per_workload(warmup_s, workloads)
     if mode.startswith("cudawatch"):
         import collector
 
         opts = {"adaptive": mode != "cudawatch_full"}
-        if mode == "cudawatch_detach":
-            opts["off_mode"] = "detach"
+        if mode == "cudawatch_disable":
+            opts["off_mode"] = "disable"
         session = collector.start(job="overhead-bench", out=tmp, **opts)
         if not session.active:
             raise SystemExit(f"collector did not start: {session.reason}")
@@ -110,20 +125,32 @@ def worker(mode: str, workloads: list[str], seconds: float, warmup_s: float) -> 
     out = {"mode": mode, "results": {}}
     for w in workloads:
         step, kernels_per_step = _workload(w)
-        t_step, n = _time(step, seconds, warmup_s)
-        out["results"][w] = {"s_per_step": t_step, "steps": n, "kernels_per_s": kernels_per_step / t_step}
+        t_end = time.perf_counter() + warmup_s[w]
+        while time.perf_counter() < t_end:
+            step()
+        t0 = time.time()
+        log0 = len(session.duty_log) if session is not None else 0
+        t_step, n = _time(step, seconds[w], 0.0)
+        t1 = time.time()
+        out["results"][w] = {"s_per_step": t_step, "steps": n, "kernels_per_s": kernels_per_step / t_step,
+                             "seconds": seconds[w], "warmup_s": warmup_s[w]}
         if session is not None:
-            log = [d for d in session.duty_log if d[0] >= time.time() - seconds]
-            out["results"][w]["duty_mean"] = statistics.fmean(d[1] for d in log) if log else None
-            out["results"][w]["est_on_fraction"] = statistics.fmean(d[2] for d in log) if log else None
-            out["results"][w]["est_overhead_pct"] = 100 * sum(d[4] for d in log) / seconds if log else None
-            out["results"][w]["cycle_s"] = statistics.fmean(d[5] for d in log) if log else None
-            out["results"][w]["period_s"] = statistics.fmean(d[6] for d in log) if log else None
+            log = [d for d in session.duty_log[log0:] if t0 <= d[0] <= t1 + 0.5]
+            r = out["results"][w]
+            r["control_periods"] = len(log)
+            r["duty_mean"] = statistics.fmean(d[1] for d in log) if log else None
+            r["est_on_fraction"] = statistics.fmean(d[2] for d in log) if log else None
+            # the controller's view of what it cost: estimated on-phase cost plus measured cycles
+            r["est_overhead_pct"] = 100 * sum(d[4] + d[5] for d in log) / (t1 - t0) if log else None
+            r["cycle_s"] = statistics.fmean(d[5] for d in log) if log else None
+            r["period_s"] = statistics.fmean(d[6] for d in log) if log else None
     if prof is not None:
         prof.__exit__(None, None, None)
     if session is not None:
-        t = session.tracer
-        out["collector"] = {"records": session.agg.records_total, "callback_s": t.callback_s, "kernels": t.kernels,
+        t, a = session.tracer, session.agg
+        out["collector"] = {"records": a.records_total, "delivered": a.delivered_total, "invalid_zero_ts": a.invalid_zero_ts,
+                            "invalid_order": a.invalid_order, "dropped": session.dropped_total, "errors": session.errors,
+                            "callback_s": t.callback_s, "kernels": t.kernels,
                             "buffers": t.buffers_completed, "duty_final": session.controller.duty,
                             "callback_us_per_record": 1e6 * t.callback_s / max(t.kernels + t.copies, 1),
                             "in_path_overhead_s": t.overhead_ns * 1e-9}
@@ -133,19 +160,12 @@ def worker(mode: str, workloads: list[str], seconds: float, warmup_s: float) -> 
 
 def probe() -> dict:
     """Launch rate in one process: untraced, traced, after activity_disable, after cuptiFinalize."""
-    import torch
     from cupti import cupti
 
-    x = torch.zeros(16, device="cuda")
+    launches = gpu_workloads.launch_step()
 
     def rate(sec=1.0):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < sec:
-            for _ in range(100):
-                x.add_(1)
-            torch.cuda.synchronize()
-            n += 100
-        return n / (time.perf_counter() - t0)
+        return gpu_workloads.launch_rate(launches, sec)
 
     kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET, cupti.ActivityKind.OVERHEAD]
     count = [0]
@@ -184,7 +204,7 @@ def probe() -> dict:
     return res
 
 
-def run(reps: int, seconds: float, warmup_s: float, modes: list[str], workloads: list[str]) -> dict:
+def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str]) -> dict:
     runs = []
     for rep in range(reps):
         order = modes[rep % len(modes):] + modes[: rep % len(modes)]
@@ -198,24 +218,75 @@ def run(reps: int, seconds: float, warmup_s: float, modes: list[str], workloads:
             res = json.loads(p.stdout.strip().splitlines()[-1])
             res["rep"] = rep
             runs.append(res)
-            print(f"rep {rep} {mode}: " + ", ".join(f"{w} {r['s_per_step']*1e3:.3f} ms" for w, r in res["results"].items()), file=sys.stderr)
+            print(f"rep {rep} {mode}: " + ", ".join(f"{w} {r['s_per_step']*1e3:.3f} ms" for w, r in res["results"].items())
+                  + (f" est {[round(r.get('est_overhead_pct') or 0, 2) for r in res['results'].values()]}" if mode.startswith("cudawatch") else ""),
+                  file=sys.stderr, flush=True)
+    return {"runs": runs, "summary": summarize(runs), "reps": reps, "seconds": seconds, "warmup": warmup_s,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _bootstrap_ratio(mode_t: list[float], base_t: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % interval of median(mode) / median(base), reps resampled (paired) with replacement."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(mode_t)
+    stats = []
+    for _ in range(draws):
+        idx = [rng.randrange(n) for _ in range(n)]
+        stats.append(statistics.median(mode_t[i] for i in idx) / statistics.median(base_t[i] for i in idx))
+    stats.sort()
+    return stats[int(0.025 * draws)], stats[int(0.975 * draws) - 1]
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per workload and mode: ratio of medians + bootstrap 95 % interval, per-rep ratios, estimate."""
     summary = {}
+    groups = {}
+    for r in runs:
+        groups.setdefault((r.get("source", ""), r["rep"]), {})[r["mode"]] = r
+    reps = [g for g in groups.values() if "none" in g]
+    workloads = sorted({w for r in runs for w in r["results"]}, key=lambda w: WORKLOADS.index(w) if w in WORKLOADS else 99)
+    modes = [m for m in MODES if any(m in g for g in reps)]
     for w in workloads:
         for mode in modes:
-            ratios = []
-            for rep in range(reps):
-                base = next(r for r in runs if r["rep"] == rep and r["mode"] == "none")["results"][w]["s_per_step"]
-                this = next(r for r in runs if r["rep"] == rep and r["mode"] == mode)["results"][w]["s_per_step"]
-                ratios.append(this / base)
-            summary.setdefault(w, {})[mode] = {"median_ratio": statistics.median(ratios), "ratios": ratios}
-    return {"runs": runs, "summary": summary, "reps": reps, "seconds": seconds}
+            pairs = [(g[mode]["results"][w]["s_per_step"], g["none"]["results"][w]["s_per_step"], g[mode]["results"][w])
+                     for g in reps if mode in g and w in g[mode]["results"] and w in g["none"]["results"]]
+            if not pairs:
+                continue
+            mt, bt = [p[0] for p in pairs], [p[1] for p in pairs]
+            entry = {"reps": len(pairs), "ratio_of_medians": statistics.median(mt) / statistics.median(bt),
+                     "median_ratio": statistics.median(m / b for m, b in zip(mt, bt)), "ratios": [m / b for m, b in zip(mt, bt)],
+                     "base_ms": [b * 1e3 for b in bt]}
+            if len(pairs) >= 2:
+                entry["ci95"] = _bootstrap_ratio(mt, bt)
+            ests = [p[2].get("est_overhead_pct") for p in pairs if p[2].get("est_overhead_pct") is not None]
+            if ests:
+                entry["est_overhead_pct_median"] = statistics.median(ests)
+                entry["duty_mean"] = statistics.median(p[2]["duty_mean"] for p in pairs if p[2].get("duty_mean") is not None)
+            summary.setdefault(w, {})[mode] = entry
+    return summary
 
 
 def markdown(result: dict) -> str:
-    modes = list(next(iter(result["summary"].values())))
-    lines = ["| workload | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
-    for w, per in result["summary"].items():
-        lines.append(f"| {w} | " + " | ".join(f"{per[m]['median_ratio']:.3f}" for m in modes) + " |")
+    summary = result["summary"]
+    modes = [m for m in MODES if any(m in per for per in summary.values())]
+    lines = ["| workload | reps | " + " | ".join(f"{m} (ratio of medians, 95 % CI)" for m in modes) + " | cudawatch estimate | duty |",
+             "|---|---|" + "---|" * len(modes) + "---|---|"]
+    for w, per in summary.items():
+        cells = []
+        for m in modes:
+            e = per.get(m)
+            if e is None:
+                cells.append("–")
+            else:
+                ci = f" ({e['ci95'][0]:.3f}–{e['ci95'][1]:.3f})" if "ci95" in e else ""
+                cells.append(f"{e['ratio_of_medians']:.3f}{ci}")
+        cw = per.get("cudawatch", {})
+        est = f"{1 + cw['est_overhead_pct_median'] / 100:.3f}" if "est_overhead_pct_median" in cw else "–"
+        duty = f"{cw['duty_mean']:.3f}" if cw.get("duty_mean") is not None else "–"
+        reps = max(e["reps"] for e in per.values())
+        lines.append(f"| {w} | {reps} | " + " | ".join(cells) + f" | {est} | {duty} |")
     return "\n".join(lines)
 
 
@@ -227,22 +298,33 @@ def main() -> None:
     sub.add_parser("probe")
     r = sub.add_parser("run")
     r.add_argument("--reps", type=int, default=5)
-    r.add_argument("--modes", default=",".join(MODES))
+    r.add_argument("--modes", default="none,cudawatch,profiler")
     r.add_argument("--json")
     r.add_argument("--md")
     for p in (w, r):
-        p.add_argument("--seconds", type=float, default=2.0)
-        p.add_argument("--warmup", type=float, default=0.5)
+        p.add_argument("--seconds", default="launch=10,mixed=6,heavy=6", help="timed seconds: one number or w=s,...")
+        p.add_argument("--warmup", default="launch=2,mixed=12,heavy=6", help="untimed seconds before each workload")
         p.add_argument("--workloads", default=",".join(WORKLOADS))
+    sm = sub.add_parser("summarize")
+    sm.add_argument("files", nargs="+")
+    sm.add_argument("--md")
+    sm.add_argument("--json")
     a = ap.parse_args()
     if a.cmd == "probe":
         print(json.dumps(probe()))
         return
-    workloads = [x for x in a.workloads.split(",") if x]
-    if a.cmd == "worker":
-        print(json.dumps(worker(a.mode, workloads, a.seconds, a.warmup)))
-        return
-    result = run(a.reps, a.seconds, a.warmup, [m for m in a.modes.split(",") if m], workloads)
+    if a.cmd == "summarize":
+        runs = []
+        for f in a.files:
+            for r_ in json.load(open(f))["runs"]:
+                runs.append({**r_, "source": f})
+        result = {"runs": runs, "summary": summarize(runs)}
+    else:
+        workloads = [x for x in a.workloads.split(",") if x]
+        if a.cmd == "worker":
+            print(json.dumps(worker(a.mode, workloads, a.seconds, a.warmup)))
+            return
+        result = run(a.reps, a.seconds, a.warmup, [m for m in a.modes.split(",") if m], workloads)
     md = markdown(result)
     print(md)
     if a.json:

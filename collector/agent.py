@@ -13,7 +13,12 @@ without NVML: ``cudawatch_agent_up``, ``cudawatch_agent_nvml_available``,
 ``cudawatch_agent_shards_written_total``, ``cudawatch_agent_last_shard_timestamp_seconds``; and
 per collector process found in ``OUT/.status/``: ``cudawatch_collector_overhead_pct``,
 ``cudawatch_collector_budget_pct``, ``cudawatch_collector_sampling_duty``,
-``cudawatch_collector_dropped_records``, ``cudawatch_collector_last_window_timestamp_seconds``.
+``cudawatch_collector_dropped_records``, ``cudawatch_collector_last_window_timestamp_seconds``, and the
+data quality of each collector: counters since its start ``cudawatch_collector_records_delivered_total``,
+``cudawatch_collector_records_valid_total``, ``cudawatch_collector_records_invalid_total{reason}``
+(``zero_timestamp``, ``end_before_start``), ``cudawatch_collector_records_dropped_total``,
+``cudawatch_collector_errors_total``, and ``cudawatch_collector_window_quality{quality}`` (1 for the
+last closed window's ``data_quality``: ok, degraded, error, idle; alert on ``quality="error"``).
 
 Device rows are buffered and written as a shard every ``flush_s`` (default 600 s), at each hour
 change and on exit, so a crash loses at most ``flush_s`` of samples.
@@ -31,7 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cudawatch.shards import DEVICE, write_shard
 
@@ -54,11 +59,21 @@ class _CollectorStatus:
             "dropped_records": GaugeMetricFamily("cudawatch_collector_dropped_records", "CUPTI records dropped in the last window.", labels=labels),
             "ts": GaugeMetricFamily("cudawatch_collector_last_window_timestamp_seconds", "UNIX time of the collector's last closed window.", labels=labels),
         }
+        counters = {
+            "records_delivered_total": CounterMetricFamily("cudawatch_collector_records_delivered", "Kernel/memcpy/memset records CUPTI delivered.", labels=labels),
+            "records_valid_total": CounterMetricFamily("cudawatch_collector_records_valid", "Delivered records with usable timestamps (aggregated).", labels=labels),
+            "dropped_records_total": CounterMetricFamily("cudawatch_collector_records_dropped", "Records CUPTI dropped for lack of buffer space.", labels=labels),
+            "collector_errors_total": CounterMetricFamily("cudawatch_collector_errors", "Collector operations that failed (flush, pause, resume, status).", labels=labels),
+        }
+        invalid = CounterMetricFamily("cudawatch_collector_records_invalid", "Delivered records rejected, by reason.", labels=labels + ["reason"])
+        quality = GaugeMetricFamily("cudawatch_collector_window_quality", "1 for the data_quality of the last closed window.", labels=labels + ["quality"])
         now = time.time()
+        unreadable = 0
         for f in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
             try:
                 s = json.loads(f.read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # torn or foreign file: counted below, the others still export
+                unreadable += 1
                 continue
             if now - float(s.get("ts", 0)) > self.stale_s:
                 continue
@@ -66,7 +81,21 @@ class _CollectorStatus:
             for key, fam in fams.items():
                 if s.get(key) is not None:
                     fam.add_metric(lv, float(s[key]))
+            for key, fam in counters.items():
+                if s.get(key) is not None:
+                    fam.add_metric(lv, float(s[key]))
+            for reason, v in (s.get("records_invalid_total") or {}).items():
+                invalid.add_metric(lv + [str(reason)], float(v))
+            if s.get("window_quality"):
+                for q in ("ok", "degraded", "error", "idle"):
+                    quality.add_metric(lv + [q], 1.0 if s["window_quality"] == q else 0.0)
         yield from fams.values()
+        yield from counters.values()
+        yield invalid
+        yield quality
+        bad = GaugeMetricFamily("cudawatch_agent_status_files_unreadable", "Collector status files that could not be read.")
+        bad.add_metric([], float(unreadable))
+        yield bad
 
 
 class Agent:

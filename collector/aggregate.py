@@ -19,6 +19,7 @@ Record tuples (times in CUPTI nanoseconds; ``clock_offset_ns`` maps them to UNIX
 from __future__ import annotations
 
 import threading
+import time
 from array import array
 from dataclasses import dataclass, field
 
@@ -66,6 +67,17 @@ class Window:
     dropped: int = 0
     callback_s: float = 0.0
     cost_s: float = 0.0
+    # data quality, counted by delivery time (the window in which CUPTI handed the records over):
+    delivered: int = 0  # kernel/memcpy/memset records CUPTI delivered
+    valid: int = 0  # of those, with usable timestamps (aggregated above, by their own time)
+    invalid_zero_ts: int = 0  # start or end 0: CUPTI had no timestamp (device buffer pool exhausted, or in flight at a forced flush)
+    invalid_order: int = 0  # end < start
+    errors: int = 0  # collector operations that failed in this window (flush, pause, resume, status file)
+    last_error: str | None = None
+
+    @property
+    def invalid(self) -> int:
+        return self.invalid_zero_ts + self.invalid_order
 
 
 class Aggregator:
@@ -89,7 +101,9 @@ class Aggregator:
         self._windows: dict[int, Window] = {}
         self._bufs: dict[tuple, array] = {}
         self.records_total = 0
-        self.invalid = 0
+        self.delivered_total = 0
+        self.invalid_zero_ts = 0
+        self.invalid_order = 0
         self.callback_s = 0.0  # time spent in add_* by the tracer, filled by the tracer
 
     # ---- the hot path -------------------------------------------------------------------
@@ -100,21 +114,37 @@ class Aggregator:
             w = self._windows[ws] = Window(ws)
         return w
 
-    def add_kernels(self, records) -> int:
-        """Aggregate kernel record tuples; returns how many were added.
+    @property
+    def invalid(self) -> int:
+        """Records rejected so far (all reasons)."""
+        return self.invalid_zero_ts + self.invalid_order
+
+    def add_kernels(self, records, delivered_at_s: float | None = None) -> int:
+        """Aggregate ``(start, end, signature)`` kernel tuples; returns how many were valid."""
+        return self.add_kernel_rows([(s, e, *sig) for s, e, sig in records], delivered_at_s)
+
+    def add_kernel_rows(self, rows, delivered_at_s: float | None = None) -> int:
+        """Aggregate flat kernel rows ``(start, end, *signature)`` (the tracer's form); returns how
+        many were valid. Rows without timestamps (start or end 0) or with end < start are counted
+        by reason, in the window of ``delivered_at_s`` (wall clock, default now), never dropped silently.
 
         Per record this only appends the duration to the signature's int64 buffer (amortized
-        O(1), ~0.3 us); every ``FOLD`` durations the buffer is folded into the running summary
-        with numpy, so memory stays at most ``FOLD x 8`` bytes per open signature.
+        O(1)); every ``FOLD`` durations the buffer is folded into the running summary with numpy,
+        so memory stays at most ``FOLD x 8`` bytes per open signature.
         """
-        n = 0
+        n = zero = order = 0
         off, wns, bufs, fold = self.clock_offset_ns, self._window_ns, self._bufs, self.FOLD
         cur_w, cur = None, None
         with self._lock:
-            for start, end, sig in records:
-                if start <= 0 or end < start:  # incomplete record (e.g. still running at a forced flush)
-                    self.invalid += 1
+            for r in rows:
+                start, end = r[0], r[1]
+                if start <= 0 or end <= 0:
+                    zero += 1
                     continue
+                if end < start:
+                    order += 1
+                    continue
+                sig = r[2:]
                 wi = (start + off) // wns
                 if wi != cur_w:
                     cur_w, cur = wi, bufs.get(wi)
@@ -128,7 +158,34 @@ class Aggregator:
                     self._fold(wi, sig, buf)
                 n += 1
             self.records_total += n
+            self._note_delivery(delivered_at_s, n + zero + order, n, zero, order, cur_w)
         return n
+
+    def _note_delivery(self, at_s: float | None, delivered: int, valid: int, zero: int, order: int,
+                       last_wi: int | None = None) -> None:
+        """Count one delivered batch in the window of ``at_s`` (wall clock). Without ``at_s``
+        (recorded records fed by tests or replay) the batch's last record window is used, else the
+        newest open window, else now."""
+        if not delivered:
+            return
+        if at_s is not None:
+            ws = int(at_s // self.window_s * self.window_s)
+        elif last_wi is not None:
+            ws = last_wi * self.window_s
+        elif self._windows or self._bufs:
+            ws = max([*self._windows, *(wi * self.window_s for wi in self._bufs)])
+        else:
+            ws = int(time.time() // self.window_s * self.window_s)
+        w = self._windows.get(ws)
+        if w is None:
+            w = self._windows[ws] = Window(ws)
+        w.delivered += delivered
+        w.valid += valid
+        w.invalid_zero_ts += zero
+        w.invalid_order += order
+        self.delivered_total += delivered
+        self.invalid_zero_ts += zero
+        self.invalid_order += order
 
     def _fold(self, wi: int, sig: tuple, buf: array) -> None:
         d = np.frombuffer(buf, dtype=np.int64)
@@ -162,15 +219,21 @@ class Aggregator:
                     if len(buf):
                         self._fold(wi, sig, buf)
 
-    def add_copies(self, records) -> int:
-        """Aggregate memcpy/memset record tuples; returns how many were added."""
-        n = 0
+    def add_copies(self, records, delivered_at_s: float | None = None) -> int:
+        """Aggregate memcpy/memset record tuples; returns how many were valid (invalid ones are
+        counted by reason, as in ``add_kernel_rows``)."""
+        n = zero = order = 0
+        last_wi = None
         with self._lock:
             for start, end, copy_kind, src, dst, nbytes, dev in records:
-                if start <= 0 or end < start:
-                    self.invalid += 1
+                if start <= 0 or end <= 0:
+                    zero += 1
+                    continue
+                if end < start:
+                    order += 1
                     continue
                 w = self._window(start)
+                last_wi = w.start_s // self.window_s
                 key = (copy_kind, src, dst, dev)
                 s = w.copies.get(key)
                 if s is None:
@@ -181,6 +244,7 @@ class Aggregator:
                 w.records += 1
                 n += 1
             self.records_total += n
+            self._note_delivery(delivered_at_s, n + zero + order, n, zero, order, last_wi)
         return n
 
     def add_overhead(self, start_ns: int, end_ns: int) -> None:
@@ -207,8 +271,10 @@ class Aggregator:
                 w.traced_s += seg_end - t
                 t = seg_end
 
-    def note_health(self, unix_s: float, *, dropped: int = 0, callback_s: float = 0.0, cost_s: float = 0.0) -> None:
-        """Add dropped records, callback time and estimated overhead seconds to the window at ``unix_s``."""
+    def note_health(self, unix_s: float, *, dropped: int = 0, callback_s: float = 0.0, cost_s: float = 0.0,
+                    error: str | None = None) -> None:
+        """Add dropped records, callback time, estimated overhead seconds and a failed collector
+        operation (``error``, its message) to the window at ``unix_s``."""
         ws = int(unix_s // self.window_s * self.window_s)
         with self._lock:
             w = self._windows.get(ws)
@@ -217,6 +283,9 @@ class Aggregator:
             w.dropped += int(dropped)
             w.callback_s += callback_s
             w.cost_s += cost_s
+            if error is not None:
+                w.errors += 1
+                w.last_error = error[:500]
 
     def take_closed(self, now_unix_s: float, grace_s: float = 0.0) -> list[Window]:
         """Remove and return windows that ended at least ``grace_s`` before ``now_unix_s``."""

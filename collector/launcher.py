@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
@@ -67,6 +68,7 @@ def run(command: list[str], *, job: str | None = None, out: str | os.PathLike = 
         from collector.spool import recover
 
         recover(out)  # spools of processes that died without writing their last shards
-    except Exception:
-        pass
+    except Exception as exc:  # the spool files stay where they are; the next collector start retries
+        print(f"cudawatch: could not turn leftover spools under {out} into shards ({type(exc).__name__}: {exc}); "
+              "they are kept and retried at the next start", file=sys.stderr, flush=True)
     return 128 - rc if rc < 0 else rc

@@ -94,10 +94,11 @@ class ReplayTracer:
                     if lo <= rel < hi:
                         start = self._t0 + int(rel / self.speed)  # compressed timeline, real durations
                         out.append((start, start + r[1] - r[0]) + tuple(r[2:]))
+        now = time.time()
         if ks:
-            self.agg.add_kernels(ks)
+            self.agg.add_kernels(ks, now)
         if cs:
-            self.agg.add_copies(cs)
+            self.agg.add_copies(cs, now)
         self.kernels += len(ks)
         self.copies += len(cs)
         self.buffers_completed += 1
@@ -105,6 +106,9 @@ class ReplayTracer:
 
     def dropped(self) -> int:
         return 0
+
+    def pause(self) -> None:
+        self.detach()
 
     def detach(self, *, final: bool = False) -> None:
         if self.attached:

@@ -4,6 +4,11 @@ Pure pyarrow (no CUPTI). ``ProcessMeta`` holds what is constant for a process; `
 CUDA device ordinal to its UUID, NVML index and model. ``sampling_duty`` is the fraction of the
 time the collector was alive in a window during which tracing was on (the adaptive duty cycle), so
 analytics can scale counts by ``1 / sampling_duty``.
+
+Health rows (contract v2) also carry the window's data quality, counted by delivery time:
+``records_delivered`` = ``records_valid`` + ``invalid_zero_timestamp`` + ``invalid_end_before_start``;
+``data_quality`` (``quality_of``) is ``error`` when CUPTI delivered records but none was valid (or
+it dropped records and none arrived), so an empty window can never pass for "no kernels ran".
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import pyarrow as pa
 
 from collector.aggregate import Window
 from collector.demangle import demangle
-from cudawatch.shards import kernel_id_of
+from cudawatch.shards import SCHEMA_VERSIONS, kernel_id_of
 
 _UTC = dt.timezone.utc
 
@@ -102,19 +107,36 @@ def memcpy_table(windows: list[Window], window_s: int, meta: ProcessMeta) -> pa.
     return _table("memcpy", cols)
 
 
+def quality_of(w: Window) -> str:
+    """``ok`` (every delivered record valid, none dropped), ``degraded`` (some invalid or dropped,
+    some valid), ``error`` (records delivered or dropped but none valid), ``idle`` (nothing
+    delivered, nothing dropped: no GPU activity while traced). A collector error in the window
+    makes ``ok``/``idle`` ``degraded``."""
+    if w.valid == 0 and (w.delivered > 0 or w.dropped > 0):
+        return "error"
+    if w.invalid or w.dropped or w.errors:
+        return "degraded"
+    return "ok" if w.delivered else "idle"
+
+
 def health_table(windows: list[Window], window_s: int, meta: ProcessMeta) -> pa.Table:
     cols: dict[str, list] = {k: [] for k in (
-        "window_start", "window_s", "host", "job", "run_id", "pid", "records", "dropped_records",
-        "callback_s", "overhead_pct", "sampling_duty", "cupti_version")}
+        "schema_version", "window_start", "window_s", "host", "job", "run_id", "pid", "records", "dropped_records",
+        "callback_s", "overhead_pct", "sampling_duty", "cupti_version", "records_delivered", "records_valid",
+        "invalid_zero_timestamp", "invalid_end_before_start", "collector_errors", "last_error", "data_quality")}
     for w in windows:
         duty = duty_of(w, window_s, meta)
         lo = max(float(w.start_s), meta.alive_from_s)
         hi = float(w.start_s + window_s) if meta.alive_to_s is None else min(w.start_s + window_s, meta.alive_to_s)
         alive = max(hi - lo, 1e-9)
-        for k, v in (("window_start", _ts(w.start_s)), ("window_s", window_s), ("host", meta.host), ("job", meta.job),
+        for k, v in (("schema_version", SCHEMA_VERSIONS["health"]), ("window_start", _ts(w.start_s)), ("window_s", window_s),
+                     ("host", meta.host), ("job", meta.job),
                      ("run_id", meta.run_id), ("pid", meta.pid), ("records", w.records), ("dropped_records", w.dropped),
                      ("callback_s", w.callback_s), ("overhead_pct", 100.0 * w.cost_s / alive),
-                     ("sampling_duty", duty), ("cupti_version", meta.cupti_version)):
+                     ("sampling_duty", duty), ("cupti_version", meta.cupti_version), ("records_delivered", w.delivered),
+                     ("records_valid", w.valid), ("invalid_zero_timestamp", w.invalid_zero_ts),
+                     ("invalid_end_before_start", w.invalid_order), ("collector_errors", w.errors),
+                     ("last_error", w.last_error), ("data_quality", quality_of(w))):
             cols[k].append(v)
     return _table("health", cols)
 

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -24,103 +23,12 @@ from pathlib import Path
 
 from collector.aggregate import Aggregator
 from collector.control import DutyController
-from collector.rows import DeviceInfo, ProcessMeta
+from collector.host import device_map, job_name, preflight, warn_once  # noqa: F401  (re-exported)
+from collector.rows import ProcessMeta, quality_of
 from collector.spool import Spool, recover
 
-_WARNED_ENV = "CUDAWATCH_WARNED"
 _current: "Session | None" = None
 _lock = threading.Lock()
-
-
-def warn_once(message: str) -> None:
-    """Print one ``cudawatch:`` warning per process tree (children inherit the 'warned' mark)."""
-    if os.environ.get(_WARNED_ENV):
-        return
-    os.environ[_WARNED_ENV] = "1"
-    print(f"cudawatch: {message}", file=sys.stderr, flush=True)
-
-
-def job_name(explicit: str | None = None, argv: list[str] | None = None) -> str:
-    """The job label: explicit, ``CUDAWATCH_JOB``, Slurm or Kubernetes job names, else the script."""
-    for value in (explicit, os.environ.get("CUDAWATCH_JOB"), os.environ.get("SLURM_JOB_NAME"),
-                  os.environ.get("JOB_NAME"), os.environ.get("KUBERNETES_JOB_NAME")):
-        if value:
-            return value
-    argv = argv if argv is not None else sys.argv
-    if argv and argv[0] and argv[0] != "-c":
-        return Path(argv[0]).name
-    return "python"
-
-
-def preflight() -> str | None:
-    """Why collection cannot run here, or None. Loads no CUDA context (cuInit is never called)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no NVIDIA driver (libcuda.so.1 not found); the program runs without collection"
-    try:
-        import pynvml  # noqa: F401
-
-        try:
-            pynvml.nvmlInit()
-            n = pynvml.nvmlDeviceGetCount()
-            pynvml.nvmlShutdown()
-            if n == 0:
-                return "no GPU visible to NVML; the program runs without collection"
-        except pynvml.NVMLError as exc:
-            return f"NVML cannot see a GPU ({exc}); the program runs without collection"
-    except ImportError:
-        pass
-    try:
-        from collector import tracer  # noqa: F401  (imports cupti)
-    except ImportError as exc:
-        return f"cupti-python is not installed ({exc}); install cudawatch[collector] (cupti-python>=13.4)"
-    except OSError as exc:
-        return f"libcupti could not be loaded ({exc})"
-    try:
-        other = tracer.other_subscriber()
-    except Exception as exc:  # CUPTI init errors surface here (no device, virtualization, ...)
-        return f"CUPTI is unusable here ({exc})"
-    if other:
-        return f"stepping aside: {other}"
-    return None
-
-
-def device_map() -> dict[int, DeviceInfo]:
-    """CUDA device ordinal -> NVML UUID/index/model, honouring CUDA_VISIBLE_DEVICES (empty if no NVML)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return {}
-    try:
-        n = pynvml.nvmlDeviceGetCount()
-        handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)}
-        uuids = {i: _s(pynvml.nvmlDeviceGetUUID(h)) for i, h in handles.items()}
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        order = list(range(n))
-        if visible is not None:
-            order = []
-            for tok in (t.strip() for t in visible.split(",") if t.strip()):
-                if tok.isdigit() and int(tok) < n:
-                    order.append(int(tok))
-                else:
-                    order.extend(i for i, u in uuids.items() if u.startswith(tok))
-        return {ordinal: DeviceInfo(uuids[i], i, _s(pynvml.nvmlDeviceGetName(handles[i]))) for ordinal, i in enumerate(order)}
-    except Exception:
-        return {}
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class Session:
@@ -160,12 +68,15 @@ class Session:
         self.reason: str | None = None
         self.stopped = False
         self.controller = DutyController(self.budget_pct, min_period_s=self.period_s,
-                                         max_period_s=max(10.0, self.period_s))
+                                         max_period_s=max(30.0, self.period_s))
         self._stop_evt = threading.Event()
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
         self.duty_log: list[tuple] = []  # (unix time, duty, f_on, on_s, cost_s, cycle_s, period_s)
+        self.errors = 0
+        self.dropped_total = 0
+        self._device_map_failed = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> "Session":
@@ -203,8 +114,8 @@ class Session:
         self.agg.clock_offset_ns = self.tracer.clock_offset_ns
         try:
             recover(self.out)
-        except Exception:
-            pass
+        except Exception as exc:  # an old spool we cannot turn into shards stays on disk; counted
+            self._error(time.time(), f"recovering old spools under {self.out}", exc)
         self.spool = Spool(self.out, self.meta, self.window_s)
         self.active = True
         self._hook_torch_profiler()
@@ -226,21 +137,17 @@ class Session:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         on_since = self._on_since
+        was_on = self.tracer.enabled
         try:
-            if self.tracer.attached:
-                self.tracer.flush(True)
-        except Exception:
-            pass
+            self.tracer.detach(final=True)  # disable, unforced + forced flush, cuptiFinalize
+        except Exception as exc:
+            self._error(time.time(), "final flush/detach", exc)
         now = time.time()
-        if self.tracer.enabled and on_since is not None:
+        if was_on and on_since is not None:
             self.agg.add_traced_time(on_since, now)
         self._account(now, on_s=0.0)
-        try:
-            self.tracer.detach(final=True)
-        except Exception:
-            pass
         self.meta.alive_to_s = now
-        self.meta.devices = self.meta.devices or device_map()
+        self.meta.devices = self.meta.devices or self._device_map(now)
         self.spool.add_windows(self.agg.take_all())
         self.spool.rotate(final=True)
         self.spool.close()
@@ -277,13 +184,13 @@ class Session:
             paused = False
             if duty < 1.0:
                 t0 = time.perf_counter()
-                paused = self._pause()  # detach flushes first
+                paused = self._pause()
                 cycle += time.perf_counter() - t0
             else:
                 try:
-                    self.tracer.flush(True)
-                except Exception:
-                    pass
+                    self.tracer.flush(False)  # unforced: a forced flush strands device buffers (tracer docstring)
+                except Exception as exc:
+                    self._error(off_at, "flush", exc)
             on_from = self._on_since or off_at
             self.agg.add_traced_time(on_from, off_at)
             self._on_since = None if paused else off_at
@@ -304,12 +211,32 @@ class Session:
     def _pause(self) -> bool:
         try:
             if self.off_mode == "detach":
-                self.tracer.detach()
+                self.tracer.pause()
             else:
                 self.tracer.disable()
+                self.tracer.flush(False)
             return True
-        except Exception:
+        except Exception as exc:
+            self._error(time.time(), f"pause ({self.off_mode})", exc)
             return False
+
+    def _device_map(self, now: float):
+        """NVML's device map, looked up until it works; a failure is counted once (rows then have no
+        GPU UUID). A replay has no GPU by design: nothing to look up."""
+        if os.environ.get("CUDAWATCH_REPLAY"):
+            return {}
+        errors: list[str] = []
+        devices = device_map(errors)
+        if errors and not self._device_map_failed:
+            self._device_map_failed = True
+            self.errors += 1
+            self.agg.note_health(now, error=errors[-1])
+        return devices
+
+    def _error(self, now: float, what: str, exc: BaseException) -> None:
+        """Count a failed collector operation in the health row of the window at ``now``."""
+        self.errors += 1
+        self.agg.note_health(now, error=f"{what}: {type(exc).__name__}: {exc}")
 
     def _resume(self) -> bool:
         try:
@@ -320,6 +247,7 @@ class Session:
                 self.tracer.enable()
         except Exception as exc:
             self.reason = f"CUPTI could not resume tracing ({exc})"
+            self._error(time.time(), "resume", exc)
             warn_once(f"collector off: {self.reason}")
             return False
         self._on_since = time.time()
@@ -331,14 +259,21 @@ class Session:
         lk, lc, lcb, lovh = self._last
         self._last = (k, c, cb, ovh)
         est = self.controller.estimate(on_s, k - lk, c - lc, cb - lcb, (ovh - lovh) * 1e-9)
-        self.agg.note_health(now, dropped=t.dropped(), callback_s=cb - lcb, cost_s=est.cost_s)
+        try:
+            dropped = t.dropped()
+        except Exception as exc:
+            dropped = 0
+            self._error(now, "cuptiActivityGetNumDroppedRecords", exc)
+        self.dropped_total += dropped
+        self.agg.note_health(now, dropped=dropped, callback_s=cb - lcb, cost_s=est.cost_s)
         return est
 
     def _close_windows(self, now: float) -> None:
-        closed = self.agg.take_closed(now, grace_s=2 * self.period_s + 1)
+        # records arrive up to one control period late (they are flushed at the end of an on-phase)
+        closed = self.agg.take_closed(now, grace_s=2 * (self.controller.period_s() if self.adaptive else self.period_s) + 1)
         if closed:
             if not self.meta.devices:
-                self.meta.devices = device_map()
+                self.meta.devices = self._device_map(now)
             self.spool.add_windows(closed)
             self._write_status(now, closed[-1])
         self.spool.rotate(now)
@@ -349,17 +284,24 @@ class Session:
             d = self.out / ".status"
             d.mkdir(parents=True, exist_ok=True)
             alive = max(now - self.meta.alive_from_s, 1e-9) if window is None else self.window_s
+            a = self.agg
             status = {"host": self.meta.host, "pid": self.meta.pid, "job": self.job, "run_id": self.meta.run_id,
                       "ts": now, "duty": self.controller.duty if self.adaptive else 1.0,
                       "overhead_pct": 100.0 * (window.cost_s if window else 0.0) / alive,
                       "budget_pct": self.budget_pct, "dropped_records": window.dropped if window else 0,
-                      "records": self.agg.records_total, "shards_written": len(self.spool.shards_written),
-                      "running": not self.stopped}
+                      "records": a.records_total, "shards_written": len(self.spool.shards_written),
+                      "running": not self.stopped,
+                      # data quality: totals since start (Prometheus counters) and the last closed window
+                      "records_delivered_total": a.delivered_total, "records_valid_total": a.records_total,
+                      "records_invalid_total": {"zero_timestamp": a.invalid_zero_ts, "end_before_start": a.invalid_order},
+                      "dropped_records_total": self.dropped_total, "collector_errors_total": self.errors,
+                      "window_quality": quality_of(window) if window is not None else None}
             tmp = d / f".tmp-{self.meta.host}-{self.meta.pid}.json"
             tmp.write_text(json.dumps(status))
             os.replace(tmp, d / f"{self.meta.host}-{self.meta.pid}.json")
-        except OSError:
-            pass
+        except OSError as exc:
+            self.errors += 1  # counted in collector_errors_total; the next status write retries
+            self._status_error = f"{type(exc).__name__}: {exc}"
 
     # ---- cooperation ---------------------------------------------------------------------
     def _on_sigterm(self, signum, frame) -> None:
@@ -374,61 +316,9 @@ class Session:
             os.kill(os.getpid(), signal.SIGTERM)
 
     def _hook_torch_profiler(self) -> None:
-        """Step aside before torch.profiler prepares Kineto (it needs CUPTI for itself)."""
-        session = self
+        from collector.coop import hook_torch_profiler
 
-        def install() -> bool:
-            mod = sys.modules.get("torch.autograd.profiler")
-            prof = getattr(mod, "profile", None) if mod else None
-            if prof is None or getattr(prof._prepare_trace, "_cudawatch", False):
-                return prof is not None
-            original = prof._prepare_trace
-
-            def _prepare_trace(self_, *a, **kw):
-                if session.active and not session.stopped:
-                    warn_once("collector off: stepping aside for torch.profiler (it needs CUPTI); shards so far are kept")
-                    session.stop()
-                return original(self_, *a, **kw)
-
-            _prepare_trace._cudawatch = True
-            prof._prepare_trace = _prepare_trace
-            return True
-
-        if not install():
-            sys.meta_path.insert(0, _AfterImport("torch.autograd.profiler", install))
-
-
-class _AfterImport:
-    """A meta-path finder that runs ``hook()`` right after module ``name`` has been executed."""
-
-    def __init__(self, name: str, hook) -> None:
-        self.name, self.hook = name, hook
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, hook, finder = spec.loader, self.hook, self
-
-        class _Loader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                try:
-                    sys.meta_path.remove(finder)
-                except ValueError:
-                    pass
-                sys.modules[fullname] = module
-                hook()
-
-        spec.loader = _Loader()
-        return spec
+        hook_torch_profiler(self, warn_once)
 
 
 def start(job: str | None = None, out: str | os.PathLike | None = None, **options) -> Session:

@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -105,16 +106,19 @@ def combine(root: Path, spool_dir: Path, host: str, pid: int, *, before_hour: in
         by_hour.setdefault((table, hour), []).append(f)
     written = []
     for (table, hour), files in sorted(by_hour.items()):
-        parts = []
+        parts, read = [], []
         for f in files:
             try:
                 parts.append(pq.read_table(f))
-            except Exception:  # a torn file cannot exist (atomic rename), but never block the others
-                continue
+                read.append(f)
+            except Exception as exc:  # a torn file cannot exist (atomic rename); keep it, say so, go on
+                bad = f.with_name(f.name + ".unreadable")
+                f.rename(bad)
+                print(f"cudawatch: spool file kept as {bad}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         if parts:
             data = pa.concat_tables(parts, promote_options="default")
             written.append(write_shard(root, table, data, dt.datetime.fromtimestamp(hour, _UTC), host=host, pid=pid))
-        for f in files:
+        for f in read:
             f.unlink(missing_ok=True)
     return written
 

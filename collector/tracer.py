@@ -2,11 +2,19 @@
 
 Kinds: CONCURRENT_KERNEL (never KERNEL, which serializes kernels), MEMCPY, MEMSET and OVERHEAD;
 RUNTIME/DRIVER API records stay off (they cost about 4x on launch-bound work, see
-docs/benchmarks.md). The buffer-completed callback turns each record into a plain tuple
-and hands the batch to ``collector.aggregate.Aggregator`` (one pass, no allocation per record
-beyond the tuple). Memory is bounded by the host buffer size we hand CUPTI plus CUPTI's device
-buffer size x pool limit (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_POOL_LIMIT``); records
-that do not fit are dropped by CUPTI and counted with ``cuptiActivityGetNumDroppedRecords``.
+docs/benchmarks.md). The buffer-completed callback reads each record's fields with one ``attrgetter`` call
+(a flat tuple) and hands the batch to ``collector.aggregate.Aggregator``, which counts records
+without timestamps by reason. Memory is bounded by the host buffer size we hand CUPTI plus CUPTI's
+device buffer size x pool limit (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_POOL_LIMIT``);
+records that do not fit are dropped by CUPTI and counted with ``cuptiActivityGetNumDroppedRecords``.
+
+Flushing: while tracing, ``flush()`` is *unforced* (``cuptiActivityFlushAll(0)``: completed
+buffers only). A forced flush while kernels are in flight strands the device buffer that holds
+their timestamps (measured on the H200, docs/collector.md): with a pool limit of 4 every record
+lost its timestamps after ~20 s of 1 s forced flushes; with CUPTI's defaults (3.2 MB x 250) GPU
+memory grew ~1 MB/s until the pool would run out. Forced flushes therefore happen only in
+``pause()``/``detach()``, after the kinds are disabled and right before ``cuptiFinalize``, which
+releases every device buffer.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ import gzip
 import json
 import threading
 import time
+from operator import attrgetter
 
 from cupti import cupti  # noqa: F401  (ImportError tells the caller CUPTI is missing)
 
 from collector.aggregate import COPY_KINDS, MEMORY_KINDS, Aggregator
-from collector.budget import BufferBudget
+from collector.budget import BufferBudget, trim_heap
 
 AK = cupti.ActivityKind
 TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
@@ -29,6 +38,9 @@ TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
 #: JIT compilation is CUDA's own work that happens with or without a collector.
 _OV = cupti.ActivityOverheadKind
 _IN_PATH_OVERHEAD = frozenset(int(k) for k in (_OV.CUPTI_INSTRUMENTATION, _OV.CUPTI_RESOURCE, _OV.COMMAND_BUFFER_FULL))
+#: One C call reads every field a kernel row needs (11 separate attribute reads cost ~0.5 us more).
+_KERNEL_FIELDS = attrgetter("start", "end", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                            "registers_per_thread", "static_shared_memory", "dynamic_shared_memory", "device_id")
 
 
 def cupti_version() -> str:
@@ -66,6 +78,7 @@ class CuptiTracer:
         self.buffers_completed = 0
         self.attached = False
         self.enabled = False
+        self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
         self._dump_left = dump_max
@@ -76,16 +89,18 @@ class CuptiTracer:
         return self.budget.host_buffer, 0
 
     def _completed(self, activities) -> None:
-        t0 = time.perf_counter()
+        # CPU time of CUPTI's thread, not wall time: under a launch-bound program the callback waits
+        # for the GIL, and wall time then read 6-10 us per record instead of 1.4 us (H200 runs)
+        t0 = time.thread_time()
         ck, mc, ms, oh = AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD
         ks, cs = [], []
-        ck_append, cs_append = ks.append, cs.append
+        ck_append, cs_append, kf = ks.append, cs.append, _KERNEL_FIELDS
         agg = self.agg
         for a in activities:
             k = a.kind
             if k == ck:
-                ck_append((a.start, a.end, (a.name, a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z,
-                           a.registers_per_thread, a.static_shared_memory + a.dynamic_shared_memory, a.device_id)))
+                f = kf(a)
+                ck_append((*f[:10], f[10] + f[11], f[12]))
             elif k == mc:
                 cs_append((a.start, a.end, COPY_KINDS.get(a.copy_kind, str(a.copy_kind)), MEMORY_KINDS.get(a.src_kind, "unknown"),
                            MEMORY_KINDS.get(a.dst_kind, "unknown"), a.bytes, a.device_id))
@@ -96,21 +111,22 @@ class CuptiTracer:
                 self.overheads += 1
                 if a.overhead_kind in _IN_PATH_OVERHEAD:
                     self.overhead_ns += max(a.end - a.start, 0)
+        now = time.time()
         if ks:
-            agg.add_kernels(ks)
+            agg.add_kernel_rows(ks, now)
         if cs:
-            agg.add_copies(cs)
+            agg.add_copies(cs, now)
         self.kernels += len(ks)
         self.copies += len(cs)
         self.buffers_completed += 1
         if self._dump is not None and self._dump_left > 0:
             self._write_dump(ks, cs)
-        self.callback_s += time.perf_counter() - t0
+        self.callback_s += time.thread_time() - t0
 
     def _write_dump(self, ks, cs) -> None:
         for kind, rows in (("kernel", ks), ("copy", cs)):
             for r in rows[: self._dump_left]:
-                flat = [r[0], r[1], *r[2]] if kind == "kernel" else list(r)
+                flat = list(r)
                 self._dump.write(json.dumps({"kind": kind, "rec": flat}) + "\n")
                 self._dump_left -= 1
         if self._dump_left <= 0:
@@ -149,33 +165,41 @@ class CuptiTracer:
                 cupti.activity_disable(kind)
             self.enabled = False
 
-    def flush(self, force: bool = True) -> None:
-        """Deliver buffered records to the callback now (forced: also partly filled buffers)."""
+    def flush(self, force: bool = False) -> None:
+        """Deliver completed buffers to the callback now; ``force`` also delivers partly filled ones
+        (records of kernels still in flight then have no timestamps: use only right before detaching)."""
         if self.attached:
             cupti.activity_flush_all(1 if force else 0)
 
     def dropped(self) -> int:
-        """Records CUPTI dropped for lack of buffer space since the last call."""
+        """Records CUPTI dropped for lack of buffer space since the last call (raises cuptiError)."""
         if not self.attached:
             return 0
         v = ctypes.c_size_t(0)
-        try:
-            cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(v))
-        except cupti.cuptiError:
-            return 0
+        cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(v))
         return int(v.value)
 
+    def pause(self) -> None:
+        """Stop tracing without leaving a stranded device buffer: disable the kinds (no new records),
+        deliver what completed, force out the rest and ``cuptiFinalize`` (detach)."""
+        self.detach()
+
     def detach(self, *, final: bool = False) -> None:
-        """Flush, disable and ``cuptiFinalize``: CUPTI leaves the process and its cost with it."""
+        """Disable, flush (unforced, then forced) and ``cuptiFinalize``: CUPTI leaves the process and
+        its launch-path cost and device buffers with it. Kernels still running at the forced flush
+        arrive without timestamps and are counted as invalid."""
         if not self.attached:
             return
         try:
-            self.flush(True)
-        finally:
             self.disable()
+            cupti.activity_flush_all(0)
+            cupti.activity_flush_all(1)
+        finally:
             with self._lock:
                 cupti.finalize()
                 self.attached = False
+                self.enabled = False
+            self.trims += trim_heap()
         if final and self._dump is not None:
             self._dump.close()
             self._dump = None

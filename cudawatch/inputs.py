@@ -67,12 +67,7 @@ def output_file(path: str | os.PathLike, option: str = "--out") -> Path:
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{option} {p}: is a directory; give a file name (e.g. {p / 'report.html'})")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{option} {p}: {parent} is a file, not a folder")
-            break
-    return p
+    return _creatable(p, option)
 
 
 def output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
@@ -80,6 +75,11 @@ def output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise InputError(f"{option} {p}: is a file, not a folder")
+    return _creatable(p, option)
+
+
+def _creatable(p: Path, option: str) -> Path:
+    """``p`` if its nearest existing ancestor is a folder (so the missing ones can be made)."""
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():

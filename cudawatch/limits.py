@@ -83,11 +83,17 @@ COLUMN_RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
         "dropped_records": (0, None),
         "callback_s": (0, MAX_WINDOW_S),
         "overhead_pct": (0, 100),
+        # v2 data-quality counts (null in v1 rows)
+        "records_delivered": (0, None),
+        "records_valid": (0, None),
+        "invalid_zero_timestamp": (0, None),
+        "invalid_end_before_start": (0, None),
+        "collector_errors": (0, None),
     },
 }
 
 #: Rules that relate columns of one row (checked by analytics.validate, in this order):
-#:   sampling_duty            in (0, 1] (null: not duty-cycled)                  every window table
+#:   sampling_duty            in (0, 1] (null: not duty-cycled); health [0, 1]   every window table
 #:   launches                 in [1, window_s * MAX_LAUNCHES_PER_S]              kernels
 #:   total_ns                 in [launches, window_s * 1e9 * MAX_CONCURRENT_KERNELS] and
 #:                            total_ns / launches <= window_s * 1e9 (a launch ends within a window)

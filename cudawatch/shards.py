@@ -1,4 +1,4 @@
-"""Shard contract v1: the Parquet tables that collectors and agents write and analytics reads.
+"""Shard contract (v1; ``health`` v2): the Parquet tables that collectors and agents write and analytics reads.
 
 This module is the single definition of the contract (see docs/shards.md). It depends on pyarrow
 only, so GPU hosts that install ``cudawatch[collector]`` can write shards without DuckDB or scipy.
@@ -23,6 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SCHEMA_VERSION = 1
+#: Version each table is written with; ``health`` v2 adds the data-quality columns (docs/shards.md).
+SCHEMA_VERSIONS = {"kernels": 1, "memcpy": 1, "device": 1, "health": 2}
+#: Versions a reader accepts per table (v1 health rows read with the v2 columns null).
+READABLE_VERSIONS = {"kernels": {1}, "memcpy": {1}, "device": {1}, "health": {1, 2}}
 TMP_PREFIX = ".tmp-"
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -117,6 +121,14 @@ HEALTH = pa.schema(
         pa.field("overhead_pct", pa.float32()),
         pa.field("sampling_duty", pa.float32()),
         pa.field("cupti_version", pa.string()),
+        # v2: data quality of the window, counted by delivery time (null in v1 rows)
+        pa.field("records_delivered", pa.int64()),
+        pa.field("records_valid", pa.int64()),
+        pa.field("invalid_zero_timestamp", pa.int64()),
+        pa.field("invalid_end_before_start", pa.int64()),
+        pa.field("collector_errors", pa.int64()),
+        pa.field("last_error", pa.string()),
+        pa.field("data_quality", pa.string()),
     ]
 )
 
@@ -200,7 +212,7 @@ def conform(table_name: str, data: pa.Table) -> pa.Table:
         if field.name in data.column_names:
             col = data.column(field.name)
         elif field.name == "schema_version":
-            col = pa.array([SCHEMA_VERSION] * n, pa.int16())
+            col = pa.array([SCHEMA_VERSIONS[table_name]] * n, pa.int16())
         elif field.nullable:
             col = pa.nulls(n, field.type)
         else:
@@ -271,7 +283,7 @@ def read_shard(path: str | os.PathLike, table_name: str | None = None) -> pa.Tab
     """Read and validate one shard; the table is inferred from the path when not given.
 
     Raises ShardError (naming the file) when the file is not Parquet, its ``schema_version`` is not
-    1, or a required column is missing.
+    one ``READABLE_VERSIONS`` lists for the table, or a required column is missing.
     """
     path = Path(path)
     table_name = table_name or table_of(path)
@@ -282,8 +294,10 @@ def read_shard(path: str | os.PathLike, table_name: str | None = None) -> pa.Tab
     if "schema_version" not in data.column_names:
         raise ShardError(f"{path}: no schema_version column; not a cudawatch shard")
     versions = set(data.column("schema_version").to_pylist())
-    if versions - {SCHEMA_VERSION}:
-        raise ShardError(f"{path}: schema_version {sorted(v for v in versions if v is not None)} unsupported (this reader knows {SCHEMA_VERSION})")
+    known = READABLE_VERSIONS.get(table_name, {SCHEMA_VERSION})
+    if versions - known:
+        raise ShardError(f"{path}: schema_version {sorted(v for v in versions if v is not None)} unsupported "
+                         f"for {table_name} (this reader knows {sorted(known)})")
     try:
         return conform(table_name, data)
     except ShardError as exc:

@@ -37,6 +37,12 @@ class Corpus:
     step_pct: np.ndarray
     sigma: np.ndarray
     up: np.ndarray
+    #: The known parts, for the oracle rows of the benchmark (log units): level + daily cycle +
+    #: drift of each hour, the outlier hours' log1p(spike) (0 elsewhere), and the AR/tail law.
+    mean_log: np.ndarray | None = None
+    outlier_log: np.ndarray | None = None
+    phi: float = 0.35
+    df: float = 4.0
 
     @property
     def regression(self) -> np.ndarray:
@@ -97,4 +103,5 @@ def make_corpus(
         step[i, onset[i]:] = math.log1p(sign[i] * step_pct[i] / 100)
     base = np.exp(rng.uniform(math.log(1e4), math.log(1e6), n))
     values = base[:, None] * np.exp(ar + diurnal + drift + step) * (1 + spikes)
-    return Corpus(values, onset, k, step_pct, sigma, has_step)
+    return Corpus(values, onset, k, step_pct, sigma, has_step, mean_log=np.log(base)[:, None] + diurnal + drift,
+                  outlier_log=np.log1p(spikes), phi=phi, df=df)

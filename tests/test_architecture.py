@@ -82,6 +82,4 @@ def test_the_private_name_check_can_fail(tmp_path, monkeypatch):
 def test_modules_are_small(pkg):
     big = {str(p.relative_to(REPO)): n for p in sorted((REPO / pkg).rglob("*.py"))
            if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    if pkg == "collector":
-        big.pop("collector/session.py", None)  # helper i10's area; split there (issue 10)
     assert big == {}

@@ -122,6 +122,13 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     for name, schema in sh.SCHEMAS.items():
         con.register("_empty", pa.Table.from_pylist([], schema=schema))
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT *, 0::BIGINT AS shard_id FROM _empty LIMIT 0")
+        # a warehouse made before a contract version added nullable columns (health v2) gets them
+        have = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [name]).fetchall()}
+        missing = [c for c in schema.names if c not in have]
+        if missing:
+            types = {r[0]: r[1] for r in con.execute("DESCRIBE SELECT * FROM _empty").fetchall()}
+            for col in missing:
+                con.execute(f"ALTER TABLE {name} ADD COLUMN {col} {types[col]}")
         con.unregister("_empty")
     con.execute(_LEDGER_DDL)
     con.execute(_HOURS_DDL)

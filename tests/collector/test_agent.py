@@ -110,6 +110,39 @@ def test_collector_status_files_are_exported(tmp_path):
     assert 'job="old"' not in text  # stale processes are dropped
 
 
+def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_error(tmp_path):
+    """A window whose real H200 records all lack timestamps: /metrics must say so (invalid by
+    reason, window quality error), never look like an idle GPU."""
+    import gzip
+
+    from collector.aggregate import Aggregator
+    from collector.rows import quality_of
+    from .conftest import ZERO_TS_RECORDS
+
+    rows = [json.loads(line)["rec"] for line in gzip.open(ZERO_TS_RECORDS, "rt")]
+    bad = [tuple(r) for r in rows if r[0] == 0]
+    agg = Aggregator(60)
+    agg.add_kernel_rows(bad, delivered_at_s=time.time())
+    (w,) = agg.take_all()
+    status = tmp_path / ".status"
+    status.mkdir()
+    (status / "h-7.json").write_text(json.dumps({
+        "host": "h", "pid": 7, "job": "j", "ts": time.time(), "records_delivered_total": agg.delivered_total,
+        "records_valid_total": agg.records_total, "records_invalid_total": {"zero_timestamp": agg.invalid_zero_ts, "end_before_start": 0},
+        "dropped_records_total": 0, "collector_errors_total": 0, "window_quality": quality_of(w)}))
+    agent = Agent(tmp_path, 1.0, sampler=None)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        text = _scrape(port)
+    finally:
+        agent.close()
+    assert _value(text, "cudawatch_collector_records_delivered_total", job="j") == len(bad) == 1500
+    assert _value(text, "cudawatch_collector_records_valid_total", job="j") == 0
+    assert _value(text, "cudawatch_collector_records_invalid_total", job="j", reason="zero_timestamp") == 1500
+    assert _value(text, "cudawatch_collector_window_quality", job="j", quality="error") == 1
+    assert _value(text, "cudawatch_collector_window_quality", job="j", quality="idle") == 0
+
+
 def test_agent_cli_serves_metrics_on_a_loopback_port(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -121,7 +121,7 @@ def _launches(root):
 
 
 def test_sigterm_flushes_and_keeps_default_termination(tmp_path):
-    proc = _replay_child(tmp_path, "")
+    proc = _replay_child(tmp_path, "", CUDAWATCH_ADAPTIVE=0)  # tracing all the time: records are in flight at SIGTERM
     _wait_ready(proc)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
@@ -133,7 +133,7 @@ def test_sigterm_flushes_and_keeps_default_termination(tmp_path):
 
 def test_sigterm_chains_the_users_handler(tmp_path):
     body = "signal.signal(signal.SIGTERM, lambda *a: (print('user handler', flush=True), sys.exit(3)))"
-    proc = _replay_child(tmp_path, body)
+    proc = _replay_child(tmp_path, body, CUDAWATCH_ADAPTIVE=0)
     _wait_ready(proc)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
@@ -144,7 +144,7 @@ def test_sigterm_chains_the_users_handler(tmp_path):
 def test_sigkill_loses_at_most_the_open_window_and_recover_finds_the_rest(tmp_path):
     from collector.spool import recover
 
-    proc = _replay_child(tmp_path, "")
+    proc = _replay_child(tmp_path, "", CUDAWATCH_ADAPTIVE=0)  # full tracing: windows fill from the first second
     _wait_ready(proc, seconds=9.0)
     proc.kill()
     proc.wait(timeout=10)

@@ -1,0 +1,137 @@
+"""One alert per incident: regressions with a shared cause and onset grouped into incidents.
+
+Pure: takes ``analytics.results.Regression`` objects (with their ``causes``) and returns
+``Incident`` objects; no SQL, no I/O, no clock. Reports, e-mail, Slack and JSON show incidents
+first and their members inside.
+
+Two regressions belong to one incident when their onsets are at most ``onset_hours`` apart and
+they share a place:
+
+- the same GPU: the regression's own ``gpu_uuid`` (clock series) or the ``gpu_uuid`` named in the
+  evidence of its top cause when that cause is about a device (``clock_throttle``, ``contention``,
+  ``straggler_gpu``, ``gpu_idle_gaps``): one GPU's contention slowing 36 kernels, a throttled GPU
+  and the kernels it slowed;
+- the same job, when both top causes say the job's kernel mix changed (``new_kernel``,
+  ``kernel_vanished``, ``launch_config_changed``, ``more_launches``): a deploy;
+- the same job and the same top cause otherwise (e.g. ``pageable_memcpy`` on two copy kinds).
+
+Links are transitive (union-find). The incident's cause is the rule most members name first
+(ties: the higher summed confidence, then RULES order as the members' order); its severity is
+the highest member severity; its onset the earliest member onset; members are ordered by
+severity, then |magnitude| x share of GPU time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+from analytics.results import SEVERITIES, Regression
+
+DEVICE_CAUSES = frozenset({"clock_throttle", "contention", "straggler_gpu", "gpu_idle_gaps"})
+MIX_CAUSES = frozenset({"new_kernel", "kernel_vanished", "launch_config_changed", "more_launches"})
+
+
+@dataclass(frozen=True)
+class Incident:
+    """A group of regressions with one cause: members (most severe first), cause (a rule name or
+    None when no member has a cause), severity, onset (earliest), scope ("gpu", "job") and key
+    (the GPU uuid or the job), and a stable ``incident_id`` (same members' events, same id)."""
+
+    members: tuple[Regression, ...]
+    cause: str | None
+    severity: str
+    onset: dt.datetime
+    scope: str
+    key: str
+
+    @property
+    def incident_id(self) -> str:
+        ids = sorted(r.event_id for r in self.members)
+        return hashlib.sha1("|".join(ids).encode()).hexdigest()[:16]
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        return tuple(sorted({r.job for r in self.members if r.job}))
+
+    def to_json(self) -> dict:
+        return {"incident_id": self.incident_id, "cause": self.cause, "severity": self.severity,
+                "onset": self.onset.isoformat(), "scope": self.scope, "key": self.key, "jobs": list(self.jobs),
+                "members": [r.to_json() for r in self.members]}
+
+
+def _gpu_of(r: Regression) -> str | None:
+    if r.gpu_uuid:
+        return r.gpu_uuid
+    top = r.top_cause
+    if top is not None and top.rule in DEVICE_CAUSES:
+        g = top.evidence.get("gpu_uuid") if hasattr(top.evidence, "get") else None
+        return str(g) if g else None
+    return None
+
+
+def _places(r: Regression) -> list[tuple]:
+    top = r.top_cause.rule if r.top_cause else None
+    out = []
+    g = _gpu_of(r)
+    if g:
+        out.append(("gpu", g))
+    if r.job:
+        if top in MIX_CAUSES:
+            out.append(("mix", r.job))
+        elif top is not None and g is None:
+            out.append(("cause", r.job, top))
+    return out
+
+
+def group_incidents(regressions: Iterable[Regression], *, onset_hours: float = 2.0) -> list[Incident]:
+    """Incidents of ``regressions`` (each regression in exactly one), most severe first.
+
+    A regression without a shared place (no GPU, no cause) is an incident of its own."""
+    regs = list(regressions)
+    parent = list(range(len(regs)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    near = dt.timedelta(hours=onset_hours)
+    by_place: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(regs):
+        for p in _places(r):
+            by_place[p].append(i)
+    for members in by_place.values():
+        members.sort(key=lambda i: regs[i].onset)
+        for a, b in zip(members, members[1:]):
+            if regs[b].onset - regs[a].onset <= near:
+                parent[find(b)] = find(a)
+    groups: dict[int, list[Regression]] = defaultdict(list)
+    for i, r in enumerate(regs):
+        groups[find(i)].append(r)
+    out = [_incident(m) for m in groups.values()]
+    return sorted(out, key=lambda x: (-SEVERITIES.index(x.severity), x.onset, x.incident_id))
+
+
+def _impact(r: Regression) -> float:
+    return min(abs(r.magnitude_pct), 1000.0) * (r.share_gpu_time or 1.0)
+
+
+def _incident(members: list[Regression]) -> Incident:
+    members = sorted(members, key=lambda r: (-SEVERITIES.index(r.severity), -_impact(r), r.event_id))
+    firsts = Counter(r.top_cause.rule for r in members if r.top_cause)
+    conf: dict[str, float] = defaultdict(float)
+    for r in members:
+        if r.top_cause:
+            conf[r.top_cause.rule] += r.top_cause.confidence
+    cause = max(firsts, key=lambda c: (firsts[c], conf[c])) if firsts else None
+    gpus = Counter(g for g in map(_gpu_of, members) if g)
+    if gpus:
+        scope, key = "gpu", gpus.most_common(1)[0][0]
+    else:
+        scope, key = "job", Counter(r.job for r in members).most_common(1)[0][0]
+    return Incident(tuple(members), cause, members[0].severity, min(r.onset for r in members), scope, key)

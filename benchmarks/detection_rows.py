@@ -1,0 +1,185 @@
+"""The rows of the detection benchmark: each replays the hourly protocol on a corpus and returns,
+per series, its alerts as (onset hour, run hour) pairs. Used by benchmarks/detection.py.
+
+- ``sequential_stats`` / ``oracle_stats``: the product's sequential detector (analytics.sequential:
+  ``fit`` once a day, ``scan`` every hour, the functions ``detect_hourly`` composes), and the same
+  GLR with the corpus' true noise model (the oracle rows). Their statistics are thresholded with
+  ``alerts_from_stats`` (thresholds from analytics.calibration).
+- ``old_detect_regressions``: the product's previous hourly path, ``analytics.detect.detect_regressions``,
+  run hour by hour on a real DuckDB warehouse (the series are bulk-loaded into the raw ``kernels``
+  table; the views, the loading and the detection are the product's).
+- ``competitor``: Otava, ruptures PELT on the trailing 168 hours each run, and the EWMA rule, with
+  the same 2 % floor and the same one-alert-per-event rule.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+
+from analytics import calibration as cal
+from analytics import noise_model as nm
+from analytics import sequential as sq
+
+HOLD = 72  # alarms of a series within this many hours of an alert's onset are that alert
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+
+
+def _replay(x, start, cfg, model_at, mean_at=None):
+    n, hours = x.shape
+    hod = np.arange(hours) % 24
+    runs = np.arange(start, hours)
+    M = cfg.max_window
+    S = np.empty((n, runs.size, M))
+    V = np.empty((n, runs.size, M))
+    Z = np.zeros((n, runs.size, M))
+    model = None
+    for j, t in enumerate(runs):
+        if j % 24 == 0:
+            model = model_at(t)
+        lo = t + 1 - M - cfg.reference_hours
+        mp = None if mean_at is None else mean_at(t)
+        sc = sq.scan(x[:, lo : t + 1], hod[lo : t + 1], model, cfg, mean_path=mp)
+        S[:, j], V[:, j], Z[:, j] = sc.stat, sc.valid, sc.ref_z
+    return runs, S, V, Z
+
+
+def sequential_stats(values, start, cfg=sq.SequentialConfig()):
+    """Hourly replay of the product's detector: the noise model refitted every 24 runs on the
+    history before the zone, the zone scanned every run."""
+    x = nm.to_log(values)
+    hod = np.arange(x.shape[1]) % 24
+    M = cfg.max_window
+    return _replay(x, start, cfg, lambda t: sq.fit(x[:, : t + 1 - M], hod[: t + 1 - M], cfg))
+
+
+def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> nm.OutlierLaw:
+    """The corpus' outlier hours in innovation space: +log1p(U(lo, hi)) at the hour, then -phi
+    times that in the next innovation, each with probability 1 % per hour."""
+    edges = np.linspace(0.0, 1.2, 241)
+    c = 0.5 * (edges[1:] + edges[:-1])
+    a, b = np.log1p(lo), np.log1p(hi)
+    pos = np.where((c >= a) & (c <= b), np.exp(c) / (hi - lo), 0.0)
+    neg = np.where((c >= phi * a) & (c <= phi * b), np.exp(c / phi) / (hi - lo) / phi, 0.0)
+    return nm.OutlierLaw(0.01, 0.01, edges, pos, neg)
+
+
+def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool):
+    """The limit: the same GLR with the true AR coefficient, innovation law, level, daily cycle and
+    drift. clairvoyant: outlier hours known (removed), innovations t(df); otherwise the outlier
+    hours are unknown and the likelihood is the true mixture of t(df) and the outlier law."""
+    x = np.log(corpus.values) - (corpus.outlier_log if clairvoyant else 0.0)
+    n = x.shape[0]
+    phi, df = corpus.phi, corpus.df
+    scale = corpus.sigma * np.sqrt(1 - phi**2) * np.sqrt((df - 2) / df)
+    model = nm.NoiseModel(phi=np.full(n, phi), scale=scale, nu=df, season=np.zeros((n, 4)), ok=np.ones(n, bool),
+                          hours=np.full(n, x.shape[1]), outliers=None if clairvoyant else true_outlier_law(phi))
+    oc = sq.SequentialConfig(**{**cfg.__dict__, "nu": df})
+    M = cfg.max_window
+    return _replay(x, start, oc, lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
+
+
+def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
+    """Alerts (onset, run) per series from replayed statistics: analytics.sequential.alarm_rule
+    each run, and the one-alert-per-event rule."""
+    alarm, arg, _ = sq.alarm_rule(S, V, thresholds, cfg, Z)
+    return cal.first_alerts(alarm, runs[None, :] - arg, HOLD, runs)
+
+
+def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig()):
+    _, arg, usable = sq.alarm_rule(S, V, np.full(cfg.max_window, np.inf), cfg)
+    placed = np.take_along_axis(Z, arg[..., None], axis=-1)[..., 0] < cfg.ref_z
+    days = S.shape[0] * runs.size / 24
+    return cal.calibrate_thresholds(S, usable, runs[None, :] - arg, series_days=days, target_per_1000_days=target,
+                                    hold_hours=HOLD, min_len=cfg.min_len, run_hours=runs, eligible=(arg < cfg.max_window - 1) & placed)
+
+
+# --------------------------------------------------------------------------- the previous hourly path
+
+
+def old_detect_regressions(values, start):
+    """``analytics.detect.detect_regressions`` run for every hour from ``start``, on a DuckDB
+    warehouse holding the series as one kernel each (window = hour, 100 launches)."""
+    import duckdb
+    import pyarrow as pa
+
+    from analytics.detect import DetectConfig, detect_regressions
+    from analytics.store.schema import ensure_schema
+
+    n, hours = values.shape
+    con = duckdb.connect()
+    ensure_schema(con)
+    hour_ts = [T0 + dt.timedelta(hours=h) for h in range(hours)]
+    cols = {
+        "window_start": pa.array(np.tile(np.array([h.replace(tzinfo=None) for h in hour_ts], dtype="datetime64[us]"), n),
+                                 pa.timestamp("us", tz="UTC")),
+        "window_s": np.full(n * hours, 3600, np.int32), "host": ["h"] * (n * hours), "gpu_uuid": ["GPU-0"] * (n * hours),
+        "job": np.repeat([f"job{i}" for i in range(n)], hours).tolist(), "kernel": ["k"] * (n * hours),
+        "kernel_id": ["kid"] * (n * hours), "launches": np.full(n * hours, 100, np.int64),
+        "total_ns": np.rint(values.reshape(-1) * 100).astype(np.int64), "sampling_duty": np.ones(n * hours),
+    }
+    tbl = pa.table(cols)  # noqa: F841 (read by DuckDB)
+    con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
+    cfg = DetectConfig(series=("kernel_mean_ns",))
+    for t in range(start, hours):
+        detect_regressions(con, hour_ts[t], cfg)
+    rows = con.execute("SELECT job, onset, detected_at FROM regressions WHERE status <> 'went_away'").fetchall()
+    out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for job, onset, det in rows:
+        out[int(job[3:])].append((round((onset - T0).total_seconds() / 3600), round((det - T0).total_seconds() / 3600)))
+    return [sorted(a, key=lambda p: p[1]) for a in out]
+
+
+# --------------------------------------------------------------------------- competitors
+
+
+def _otava_cps(v) -> list[tuple[int, float]]:
+    from otava.analysis import compute_change_points
+
+    cps, _ = compute_change_points(list(map(float, v)))  # defaults: window 50, p 0.001
+    return [(int(c.index), float(c.stats.forward_change_percent())) for c in cps]
+
+
+def _pelt_cps(v) -> list[tuple[int, float]]:
+    import ruptures as rpt
+
+    d = np.diff(v)
+    sigma2 = (1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2)) ** 2
+    bk = [0] + [int(b) for b in rpt.KernelCPD(kernel="linear", min_size=3, jump=1).fit(v).predict(pen=2 * sigma2 * np.log(v.size))]
+    return [(b, 100 * (v[b:c].mean() / v[a:b].mean() - 1)) for a, b, c in zip(bk, bk[1:], bk[2:])]
+
+
+COMPETITORS = {"otava": _otava_cps, "ruptures PELT": _pelt_cps}
+
+
+def competitor(name, values, start, *, window=168, tail=24, floor_pct=2.0):
+    """Hourly protocol for an offline method: each run, change points of the trailing ``window``
+    hours; an upward one of >= ``floor_pct`` in the last ``tail`` hours is an alarm (onset = its
+    index); one alert per event (HOLD)."""
+    fn = COMPETITORS[name]
+    n, hours = values.shape
+    out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for i in range(n):
+        last = -10**9
+        for t in range(start, hours):
+            lo = max(0, t + 1 - window)
+            cps = [(lo + c, pct) for c, pct in fn(values[i, lo : t + 1]) if pct >= floor_pct and lo + c > t - tail]
+            if cps and t - last > HOLD:
+                onset = max(cps, key=lambda c: c[1])[0]
+                out[i].append((onset, t))
+                last = onset
+    return out
+
+
+def ewma_rule(values, start, alpha=2 / 25, threshold=0.2):
+    """The design article's rule hourly: the hour exceeds the previous hour's EWMA by > 20 %
+    (20 % is above the 2 % floor); one alert per event (HOLD)."""
+    from analytics.detect import ewma
+
+    ew = ewma(values, alpha)
+    prev = np.concatenate([np.full((values.shape[0], 1), np.nan), ew[:, :-1]], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fire = (values - prev) / prev > threshold
+    runs = np.arange(start, values.shape[1])
+    return cal.first_alerts(fire[:, start:], np.broadcast_to(runs, (values.shape[0], runs.size)), HOLD, runs)

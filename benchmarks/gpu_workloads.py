@@ -1,0 +1,78 @@
+"""The GPU workloads and probes the collector benchmarks share (overhead, memory, soak, cupti_diag).
+
+Each builder returns a ``step()`` that runs one training or launch step on the current CUDA
+device; torch is imported inside, so the scripts' CPU paths (argument parsing, summaries) run
+without it. Scripts run as ``python benchmarks/<name>.py``, so this module is importable as
+``gpu_workloads`` from their folder.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def rss_mib() -> float:
+    """Resident set size of this process in MiB."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def launch_step(launches: int = 100):
+    """The launch-bound loop: ``launches`` tiny in-place adds, then a synchronize."""
+    import torch
+
+    x = torch.zeros(16, device=torch.device("cuda"))
+
+    def step():
+        for _ in range(launches):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+
+    return step
+
+
+def launch_rate(step, seconds: float, launches: int = 100) -> float:
+    """Kernel launches per second of ``launch_step(launches)`` over ``seconds`` of wall time."""
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step()
+        n += launches
+    return n / (time.perf_counter() - t0)
+
+
+def cnn_step(log_every: int = 0):
+    """A small real training step: conv net on synthetic 32x32 images, AdamW, bf16 autocast."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(128, 256, 3, padding=1), nn.BatchNorm2d(256), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(256, 10),
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    xs = torch.randn(8, 128, 3, 32, 32).pin_memory()
+    ys = torch.randint(0, 10, (8, 128)).pin_memory()
+    state = {"i": 0}
+
+    def step():
+        i = state["i"]
+        x = xs[i % 8].to(dev, non_blocking=True)
+        y = ys[i % 8].to(dev, non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        state["i"] = i = i + 1
+        if i % 50 == 0:
+            loss.item()
+        if log_every and i % log_every == 0:
+            print(f"step {i} loss {loss.item():.4f}", flush=True)
+
+    return step

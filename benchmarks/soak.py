@@ -1,0 +1,225 @@
+"""Soak: real training loops under ``cudawatch collect`` with default settings, for as long as given.
+
+  python benchmarks/soak.py count --workload lm --steps 50 --json kps_lm.json     (kernels per step, torch.profiler)
+  cudawatch collect --job soak-lm --out shards -- python benchmarks/soak.py train --workload lm --seconds 900 --json lm.json
+  python benchmarks/soak.py analyze --shards shards --train lm.json --kps kps_lm.json [--job soak-lm]
+
+Workloads: ``lm`` = a small transformer language model (4 layers, d=256, 4 heads, sequence 128,
+batch 16, vocabulary 8192; AdamW, bf16 autocast); ``launch`` = the launch-bound loop of
+``benchmarks/overhead.py`` (100 tiny in-place adds then sync: exactly 100 kernels per step).
+
+``train`` logs the steps finished in every window (aligned like the collector's windows) and the
+process RSS every 5 s (the collector runs inside this process). ``count`` counts kernels per step
+once with torch.profiler (CUDA activities), in a process of its own. ``analyze`` compares, per
+window, the traced launches scaled by ``1 / sampling_duty`` with steps x kernels per step, and
+reports the RSS growth after the first 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import gpu_workloads  # benchmarks/, the script's folder
+
+
+def make_step(workload: str):
+    import torch
+    from torch import nn
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    if workload == "launch":
+        return gpu_workloads.launch_step()
+    if workload != "lm":
+        raise SystemExit(f"unknown workload {workload!r} (lm, launch)")
+    vocab, d, seq, batch = 8192, 256, 128, 16
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.pos = nn.Parameter(torch.zeros(seq, d))
+            layer = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+            self.head = nn.Linear(d, vocab)
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+
+        def forward(self, idx):
+            h = self.emb(idx) + self.pos
+            return self.head(self.blocks(h, mask=self.mask, is_causal=True))
+
+    model = LM().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    data = torch.randint(0, vocab, (8, batch, seq + 1), device=dev)
+    state = {"i": 0}
+
+    def step():
+        i = state["i"]
+        tok = data[i % 8]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tok[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, vocab).float(), tok[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        state["i"] = i + 1
+        if i % 20 == 0:
+            loss.item()
+
+    return step
+
+
+def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
+    import torch
+
+    step = make_step(workload)
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    per_window: dict[int, int] = {}
+    rss: list[tuple[float, float]] = []
+    t0 = time.time()
+    stop = threading.Event()
+
+    def sampler():
+        while not stop.wait(5.0):
+            rss.append((round(time.time() - t0, 1), round(gpu_workloads.rss_mib(), 1)))
+
+    threading.Thread(target=sampler, daemon=True).start()
+    steps, end = 0, time.perf_counter() + seconds
+    last_dump = time.time()
+    while time.perf_counter() < end:
+        step()
+        now = time.time()
+        ws = int(now // window_s * window_s)
+        per_window[ws] = per_window.get(ws, 0) + 1
+        steps += 1
+        if now - last_dump > 30:
+            _dump(out, workload, window_s, t0, steps, per_window, rss, done=False)
+            last_dump = now
+    torch.cuda.synchronize()
+    stop.set()
+    return _dump(out, workload, window_s, t0, steps, per_window, rss, done=True)
+
+
+def _dump(out, workload, window_s, t0, steps, per_window, rss, *, done) -> dict:
+    res = {"workload": workload, "window_s": window_s, "t0": t0, "steps": steps, "done": done,
+           "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss)}
+    tmp = Path(out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(res))
+    os.replace(tmp, out)
+    return res
+
+
+def count(workload: str, steps: int, out: str | None) -> dict:
+    import torch
+
+    step = make_step(workload)
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kinds: dict[str, int] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            cat = "kernel"
+            name = e.name.lower()
+            if "memcpy" in name or "memset" in name:
+                cat = "copy"
+            kinds[cat] = kinds.get(cat, 0) + 1
+    res = {"workload": workload, "steps": steps, "events": kinds, "kernels_per_step": kinds.get("kernel", 0) / steps,
+           "copies_per_step": kinds.get("copy", 0) / steps}
+    if out:
+        Path(out).write_text(json.dumps(res))
+    return res
+
+
+def analyze(shards: str, train_json: str, kps_json: str, job: str | None) -> dict:
+    import pyarrow as pa
+
+    from cudawatch.shards import list_shards, read_shard
+
+    tr = json.loads(Path(train_json).read_text())
+    kps = json.loads(Path(kps_json).read_text())["kernels_per_step"]
+    ks = pa.concat_tables([read_shard(f) for f in list_shards(shards, "kernels")]).to_pylist()
+    hs = pa.concat_tables([read_shard(f) for f in list_shards(shards, "health")]).to_pylist()
+    if job:
+        ks = [r for r in ks if r["job"] == job]
+        hs = [r for r in hs if r["job"] == job]
+    launches: dict[int, int] = {}
+    duty: dict[int, float] = {}
+    for r in ks:
+        ws = int(r["window_start"].timestamp())
+        launches[ws] = launches.get(ws, 0) + r["launches"]
+        duty[ws] = r["sampling_duty"]
+    health = {int(r["window_start"].timestamp()): r for r in hs}
+    rows = []
+    t0 = tr["t0"]
+    for ws_s, n in tr["steps_per_window"].items():
+        ws = int(ws_s)
+        h = health.get(ws, {})
+        full = ws >= t0 and ws + tr["window_s"] <= t0 + max(float(p[0]) for p in tr["rss"]) if tr["rss"] else False
+        d = duty.get(ws) or h.get("sampling_duty")
+        expected = n * kps
+        est = launches.get(ws, 0) / d if d else None
+        rows.append({"window_start": ws, "full_window": full, "steps": n, "expected_kernels": expected,
+                     "traced_launches": launches.get(ws, 0), "sampling_duty": d,
+                     "scaled": est, "ratio": (est / expected) if (est is not None and expected) else None,
+                     "records_delivered": h.get("records_delivered"), "records_valid": h.get("records_valid"),
+                     "invalid_zero_timestamp": h.get("invalid_zero_timestamp"), "dropped": h.get("dropped_records"),
+                     "data_quality": h.get("data_quality"), "overhead_pct": h.get("overhead_pct")})
+    rss = tr["rss"]
+    after = [v for t, v in rss if t >= 120]
+    full_rows = [r for r in rows if r["full_window"] and r["ratio"] is not None]
+    res = {"workload": tr["workload"], "steps": tr["steps"], "kernels_per_step": kps,
+           "rss_first_mib": rss[0][1] if rss else None, "rss_at_120s_mib": after[0] if after else None,
+           "rss_end_mib": rss[-1][1] if rss else None,
+           "rss_growth_after_2min_mib": (after[-1] - after[0]) if after else None,
+           "rss_max_after_2min_mib": (max(after) - after[0]) if after else None,
+           "full_windows": len(full_rows),
+           "worst_ratio_error_pct": max((abs(r["ratio"] - 1) * 100 for r in full_rows), default=None),
+           "windows": rows}
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--workload", default="lm")
+    t.add_argument("--seconds", type=float, default=900)
+    t.add_argument("--window-s", type=int, default=int(os.environ.get("CUDAWATCH_WINDOW_S") or 60))
+    t.add_argument("--json", required=True)
+    c = sub.add_parser("count")
+    c.add_argument("--workload", default="lm")
+    c.add_argument("--steps", type=int, default=50)
+    c.add_argument("--json")
+    a_ = sub.add_parser("analyze")
+    a_.add_argument("--shards", required=True)
+    a_.add_argument("--train", required=True)
+    a_.add_argument("--kps", required=True)
+    a_.add_argument("--job")
+    a_.add_argument("--json")
+    a = ap.parse_args()
+    if a.cmd == "train":
+        res = train(a.workload, a.seconds, a.window_s, a.json)
+        print(json.dumps({k: v for k, v in res.items() if k not in ("steps_per_window", "rss")}))
+    elif a.cmd == "count":
+        print(json.dumps(count(a.workload, a.steps, a.json)))
+    else:
+        res = analyze(a.shards, a.train, a.kps, a.job)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1))
+        print(json.dumps({k: v for k, v in res.items() if k != "windows"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

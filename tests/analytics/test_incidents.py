@@ -1,0 +1,67 @@
+"""One alert per incident (analytics.incidents): contention across many kernels, a deploy, a
+throttled GPU, and regressions that must stay apart."""
+
+import datetime as dt
+
+from analytics.incidents import group_incidents
+from analytics.results import Finding, Regression
+
+T = dt.datetime(2026, 11, 3, 10, tzinfo=dt.timezone.utc)
+H = dt.timedelta(hours=1)
+
+
+def reg(job="train", kernel="k0", series="kernel_mean_ns", onset=T, severity="medium", cause=None, conf=0.8,
+        gpu=None, evidence=None, mag=10.0, share=0.1):
+    causes = (Finding(cause, conf, evidence or {}),) if cause else ()
+    return Regression(job=job, kernel=kernel if gpu is None else None, kernel_id=None if gpu else f"id-{kernel}",
+                      gpu_uuid=gpu, series=series, onset=onset, before=1.0, after=1.1, magnitude_pct=mag, p_value=0.0,
+                      severity=severity, share_gpu_time=share, causes=causes)
+
+
+def test_contention_on_36_kernels_is_one_incident():
+    regs = [reg(kernel=f"k{i}", onset=T + (i % 2) * H, cause="contention", severity="high" if i == 7 else "low")
+            for i in range(36)]
+    inc = group_incidents(regs)
+    assert len(inc) == 1
+    assert inc[0].cause == "contention" and inc[0].severity == "high" and len(inc[0].members) == 36
+    assert inc[0].onset == T and inc[0].members[0].kernel == "k7"
+
+
+def test_throttled_gpu_and_its_kernels_are_one_incident():
+    clock = reg(job="", series="gpu_sm_clock_mhz", gpu="GPU-3", cause="clock_throttle", severity="critical", mag=-20)
+    kernels = [reg(kernel=f"k{i}", onset=T + H, cause="clock_throttle", evidence={"gpu_uuid": "GPU-3"}) for i in range(4)]
+    other = reg(job="serve", kernel="x", cause="clock_throttle", evidence={"gpu_uuid": "GPU-5"})
+    inc = group_incidents([*kernels, clock, other])
+    assert len(inc) == 2
+    big = inc[0]
+    assert big.scope == "gpu" and big.key == "GPU-3" and len(big.members) == 5 and big.severity == "critical"
+    assert inc[1].key == "GPU-5"
+
+
+def test_deploy_changing_the_kernel_mix_is_one_incident():
+    regs = [reg(kernel="new", series="kernel_time_share", cause="new_kernel"),
+            reg(kernel="old", series="kernel_time_share", cause="kernel_vanished", onset=T + H),
+            reg(kernel="gemm", cause="launch_config_changed", onset=T + 2 * H)]
+    inc = group_incidents(regs)
+    assert len(inc) == 1 and inc[0].cause in {"new_kernel", "kernel_vanished", "launch_config_changed"}
+    assert inc[0].scope == "job" and inc[0].key == "train"
+
+
+def test_unrelated_regressions_stay_apart():
+    regs = [reg(kernel="a", cause="kernel_slower"),  # same job and cause but 5 h apart
+            reg(kernel="b", cause="kernel_slower", onset=T + 5 * H),
+            reg(job="other", kernel="a", cause="kernel_slower"),  # other job
+            reg(kernel="c"),  # no cause: its own incident
+            reg(kernel="d", cause="pageable_memcpy")]  # other cause
+    inc = group_incidents(regs)
+    assert len(inc) == 5
+    assert sorted(len(i.members) for i in inc) == [1] * 5
+
+
+def test_incident_id_is_stable_and_json_lists_members():
+    regs = [reg(kernel=f"k{i}", cause="contention") for i in range(3)]
+    a, b = group_incidents(regs)[0], group_incidents(list(reversed(regs)))[0]
+    assert a.incident_id == b.incident_id
+    js = a.to_json()
+    assert js["cause"] == "contention" and len(js["members"]) == 3 and js["jobs"] == ["train"]
+    assert group_incidents([]) == []

@@ -1,0 +1,146 @@
+"""The sequential detector (analytics.sequential) and its noise model and calibration, on small
+series with known answers: exact onsets, an outlier hour that must not alarm, a step that must."""
+
+import numpy as np
+import pytest
+
+from analytics import calibration as cal
+from analytics import noise_model as nm
+from analytics import sequential as sq
+
+HIST = 14 * 24 + 12 + 48  # two weeks of history, then the reference and the zone
+CFG = sq.SequentialConfig()
+
+
+def series(n=1, hours=HIST, sigma=0.005, phi=0.35, seed=0, cycle=0.0):
+    """AR(1) t(4) log-noise around 1000, with a daily cycle of amplitude ``cycle`` (relative)."""
+    rng = np.random.default_rng(seed)
+    e = rng.standard_t(4, (n, hours)) * np.sqrt(0.5) * sigma * np.sqrt(1 - phi**2)
+    u = np.zeros((n, hours))
+    for t in range(1, hours):
+        u[:, t] = phi * u[:, t - 1] + e[:, t]
+    h = np.arange(hours)
+    return 1000.0 * np.exp(u + cycle * np.sin(2 * np.pi * h / 24))
+
+
+def run(values, **kw):
+    return sq.detect_hourly(values, np.arange(values.shape[1]) % 24, **kw)
+
+
+@pytest.mark.parametrize("after", [3, 4, 6, 10])
+def test_sustained_step_alarms_with_exact_onset(after):
+    v = series(n=8, seed=1)
+    onset = HIST - after  # the step has ``after`` hours of data
+    v[:, onset:] *= 1.06  # 12 sigma of this noise
+    al = run(v)
+    assert al.alarm.all()
+    assert (al.onset == onset).all()
+    assert np.allclose(al.magnitude_pct, 6.0, atol=1.5)
+    assert (al.before > 900).all() and (al.after > al.before).all()
+
+
+@pytest.mark.parametrize("age", [0, 1, 2, 5])
+@pytest.mark.parametrize("size", [1.08, 1.45, 3.0])
+def test_isolated_outlier_hour_never_alarms(age, size):
+    v = series(n=8, seed=2)
+    v[:, HIST - 1 - age] *= size
+    al = run(v)
+    assert not al.alarm.any()
+
+
+def test_one_sided_only_the_bad_direction_alarms():
+    v = series(n=4, seed=3)
+    v[:, HIST - 4 :] *= 0.94  # 6 % faster: an improvement
+    assert not run(v).alarm.any()
+    clocks = run(v, bad=-1)  # a fall is bad for a clock series
+    assert clocks.alarm.all() and (clocks.onset == HIST - 4).all()
+    assert np.allclose(clocks.magnitude_pct, -6.0, atol=1.5)
+
+
+def test_a_step_must_hold_three_hours():
+    v = series(n=4, seed=4)
+    v[:, HIST - 1 :] *= 1.10  # the newest hour only: could be an outlier
+    assert not run(v).alarm.any()
+    v[:, HIST - 2 :] *= 1.10  # two hours: could be two outlier hours in a row
+    assert not run(v).alarm.any()
+    v[:, HIST - 3 :] *= 1.10  # three hours: a step
+    al = run(v)
+    assert al.alarm.all() and (al.onset == HIST - 3).all()
+
+
+def test_a_step_older_than_the_zone_is_held_back():
+    v = series(n=4, seed=11)
+    v[:, HIST - 30 :] *= 1.06  # began 30 h ago: the onset cannot be placed inside the 12-hour zone
+    assert not run(v).alarm.any()
+    v2 = series(n=4, seed=11)
+    v2[:, HIST - 10 :] *= 1.06
+    assert run(v2).alarm.all()
+
+
+def test_floor_small_steps_are_not_tested():
+    v = series(n=4, sigma=0.0005, seed=5)  # very quiet: a 1 % step is 20 sigma
+    v[:, HIST - 6 :] *= 1.01
+    assert not run(v).alarm.any()
+    assert run(v, config=sq.SequentialConfig(floor_pct=0.5)).alarm.all()
+
+
+def test_daily_cycle_is_not_a_step():
+    v = series(n=16, seed=6, cycle=0.03)  # cycle of 6 sigma amplitude
+    assert not run(v).alarm.any()
+    model = sq.fit(nm.to_log(v)[:, :-12], np.arange(HIST - 12) % 24)
+    amp = np.hypot(model.season[:, 0], model.season[:, 1])
+    assert np.allclose(amp, 0.03, atol=0.004)
+
+
+def test_missing_hours_and_short_history():
+    v = series(n=2, seed=7)
+    v[:, HIST - 30 : HIST - 20] = np.nan  # a gap in the reference
+    v[:, HIST - 4 :] *= 1.06
+    v[1, : HIST - 90] = np.nan  # a series seen for less than 72 h before the zone: no test
+    al = run(v)
+    assert al.alarm[0] and al.onset[0] == HIST - 4
+    assert not al.model_ok[1] and not al.alarm[1] and al.onset[1] == -1
+
+
+def test_noise_model_recovers_ar_and_scale_despite_outlier_hours():
+    rng = np.random.default_rng(8)
+    v = series(n=200, hours=400, sigma=0.01, phi=0.35, seed=8)
+    spikes = (rng.random(v.shape) < 0.01) * rng.uniform(0.08, 0.45, v.shape)
+    m = nm.fit_noise_model(nm.to_log(v * (1 + spikes)), np.arange(400) % 24)
+    true_scale = 0.01 * np.sqrt(1 - 0.35**2) * np.sqrt(0.5)
+    assert abs(np.median(m.phi) - 0.35) < 0.05
+    assert abs(np.median(m.scale) / true_scale - 1) < 0.08
+    assert m.outliers is not None and 0.004 < m.outliers.p_pos < 0.02
+
+
+def test_t_scale_is_efficient_and_bounded():
+    rng = np.random.default_rng(9)
+    e = rng.standard_t(4, (400, 336))
+    s = nm.t_scale(e, 4.0)
+    mad = nm.mad_scale(e) * nm._t_mad_ratio(4.0)
+    assert abs(np.mean(s) - 1) < 0.03
+    assert np.std(s) < 0.8 * np.std(mad)  # more efficient than the MAD at t(4)
+    e[:, :3] = 1e6  # three wild hours per row move it by a bounded amount
+    assert np.mean(nm.t_scale(e, 4.0)) < 1.1
+
+
+def test_calibration_hits_the_target_on_a_replay():
+    rng = np.random.default_rng(10)
+    n, runs, M = 300, 24 * 20, 4
+    stats = rng.exponential(1.0, (n, runs, M))
+    usable = np.ones_like(stats, dtype=bool)
+    usable[..., 0] = False
+    onset = np.broadcast_to(np.arange(runs), (n, runs))
+    days = n * runs / 24
+    h, p, rate = cal.calibrate_thresholds(stats, usable, onset, series_days=days, target_per_1000_days=5.0, hold_hours=24,
+                                          min_len=2)
+    assert np.isinf(h[0]) and np.all(np.isfinite(h[1:]))
+    assert 3.5 <= rate <= 5.0
+    assert np.allclose(h[1:], -np.log(p), atol=0.4)  # exponential tail: the (1 - p) quantile is -log p
+
+
+def test_count_alerts_one_per_event():
+    alarm = np.array([[0, 1, 1, 1, 0, 0, 0, 0, 1, 1]], dtype=bool)
+    onset = np.array([[0, 1, 1, 2, 0, 0, 0, 0, 8, 8]])
+    assert cal.count_alerts(alarm, onset, hold_hours=3).tolist() == [2]
+    assert cal.first_alerts(alarm, onset, 3, np.arange(10)) == [[(1, 1), (8, 8)]]

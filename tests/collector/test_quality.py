@@ -1,0 +1,177 @@
+"""Data-quality accounting on real CUPTI records from the H200 (tests/data/cupti).
+
+``records_zero_ts.jsonl.gz`` holds kernel records of one real run in which CUPTI stopped writing
+timestamps (device buffer pool exhausted by forced flushes): 1500 with start = end = 0, 1500 valid.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+import pytest
+
+from collector.aggregate import Aggregator
+from collector.rows import ProcessMeta, health_table, kernels_table, quality_of
+from cudawatch.shards import HEALTH, ShardError, list_shards, read_shard, write_shard
+
+from .conftest import RECORDS, REPO, ZERO_TS_RECORDS
+
+
+@pytest.fixture(scope="module")
+def zero_ts_rows():
+    rows = [tuple(json.loads(line)["rec"]) for line in gzip.open(ZERO_TS_RECORDS, "rt")]
+    assert len(rows) == 3000
+    return rows
+
+
+def _meta():
+    return ProcessMeta(host="h", job="j", run_id="r", pid=1, alive_from_s=0.0)
+
+
+def test_invalid_records_are_counted_by_reason_in_the_delivery_window(zero_ts_rows):
+    agg = Aggregator(60)
+    delivered_at = 1_796_279_900.0
+    valid = agg.add_kernel_rows(zero_ts_rows, delivered_at_s=delivered_at)
+    assert valid == 1500
+    assert agg.invalid_zero_ts == 1500 and agg.invalid_order == 0 and agg.delivered_total == 3000
+    windows = agg.take_all()
+    (dw,) = [w for w in windows if w.delivered]
+    assert dw.start_s == int(delivered_at // 60 * 60)
+    assert (dw.delivered, dw.valid, dw.invalid_zero_ts) == (3000, 1500, 1500)
+    assert sum(s.launches for w in windows for s in w.kernels.values()) == 1500  # only valid ones aggregated
+    assert quality_of(dw) == "degraded"
+
+
+def test_end_before_start_is_its_own_reason(zero_ts_rows):
+    good = [r for r in zero_ts_rows if r[0] > 0][:10]
+    swapped = [(r[1], r[0], *r[2:]) for r in good]  # a real record with its timestamps swapped
+    agg = Aggregator(60)
+    assert agg.add_kernel_rows(swapped + good, delivered_at_s=1e9) == 10
+    assert (agg.invalid_order, agg.invalid_zero_ts) == (10, 0)
+
+
+def test_a_window_with_only_invalid_records_is_flagged_error_in_the_shard(tmp_path, zero_ts_rows):
+    bad = [r for r in zero_ts_rows if r[0] == 0]
+    agg = Aggregator(60)
+    assert agg.add_kernel_rows(bad, delivered_at_s=1_796_279_900.0) == 0
+    windows = agg.take_all()
+    meta = _meta()
+    kt = kernels_table(windows, 60, meta)
+    assert kt.num_rows == 0  # no kernel rows at all ...
+    ht = health_table(windows, 60, meta)
+    path = write_shard(tmp_path, "health", ht, ht.column("window_start")[0].as_py())
+    (row,) = read_shard(path).to_pylist()
+    # ... but the health row says why: CUPTI delivered 1500 records, none usable
+    assert row["schema_version"] == 2
+    assert (row["records_delivered"], row["records_valid"], row["invalid_zero_timestamp"]) == (1500, 0, 1500)
+    assert row["data_quality"] == "error"
+
+
+def test_idle_window_is_not_an_error():
+    agg = Aggregator(60)
+    agg.add_traced_time(120.0, 180.0)
+    (w,) = agg.take_all()
+    assert quality_of(w) == "idle"
+    agg.note_health(130.0, dropped=5)
+    (w,) = agg.take_all()
+    assert quality_of(w) == "error"  # records were lost and none arrived
+
+
+def test_v1_health_shards_still_read_with_null_quality(tmp_path):
+    v1 = pa.table({"schema_version": pa.array([1], pa.int16()), "window_start": pa.array([0], pa.timestamp("us", tz="UTC")),
+                   "window_s": pa.array([60], pa.int32()), "host": ["h"], "job": ["j"], "run_id": ["r"],
+                   "pid": pa.array([1], pa.int32()), "records": pa.array([5], pa.int64()),
+                   "dropped_records": pa.array([0], pa.int64())})
+    d = tmp_path / "health" / "date=1970-01-01" / "hour=00"
+    d.mkdir(parents=True)
+    import pyarrow.parquet as pq
+
+    pq.write_table(v1, d / "old.parquet")
+    (row,) = read_shard(d / "old.parquet").to_pylist()
+    assert row["schema_version"] == 1 and row["records"] == 5
+    assert row["data_quality"] is None and row["records_delivered"] is None
+    assert set(HEALTH.names) <= set(row)
+    v3 = v1.set_column(0, "schema_version", pa.array([3], pa.int16()))
+    pq.write_table(v3, d / "future.parquet")
+    with pytest.raises(ShardError, match="schema_version"):
+        read_shard(d / "future.parquet")
+    kernels_v2 = tmp_path / "kernels" / "date=1970-01-01" / "hour=00"
+    kernels_v2.mkdir(parents=True)
+    pq.write_table(v1.set_column(0, "schema_version", pa.array([2], pa.int16())), kernels_v2 / "k.parquet")
+    with pytest.raises(ShardError, match="unsupported for kernels"):
+        read_shard(kernels_v2 / "k.parquet")
+
+
+def test_pause_resume_cycles_keep_the_window_totals(tmp_path):
+    """The real session with detach cycling (replayed H200 records): every record delivered across
+    many pause/resume cycles lands in exactly one window; health totals equal the kernel rows."""
+    code = textwrap.dedent(f"""
+        import time
+        from collector.session import Session
+        s = Session(job="cycles", out={str(tmp_path)!r}, period_s=0.2)
+        s.controller.duty = 0.5
+        s.controller.update = lambda est: s.controller.duty   # hold the duty: many cycles
+        s.controller.note_cycle = lambda sec: None
+        s.controller.cycle_s = 0.0
+        s.start()
+        assert s.active, s.reason
+        time.sleep(4)
+        t = s.tracer
+        s.stop()
+        print("cycles", sum(1 for d in s.duty_log if d[5] > 0), "delivered", t.kernels + t.copies, flush=True)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env.update(PYTHONPATH=str(REPO), CUDAWATCH_REPLAY=str(RECORDS), CUDAWATCH_REPLAY_SPEED="8", CUDAWATCH_WINDOW_S="1")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    words = p.stdout.split()
+    cycles, delivered = int(words[1]), int(words[3])
+    assert cycles >= 5 and delivered > 0
+    health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
+    kernels = [r for f in list_shards(tmp_path, "kernels") for r in read_shard(f).to_pylist()]
+    copies = [r for f in list_shards(tmp_path, "memcpy") for r in read_shard(f).to_pylist()]
+    assert sum(r["records_delivered"] for r in health) == delivered
+    assert sum(r["records_valid"] for r in health) == delivered
+    assert sum(r["launches"] for r in kernels) + sum(r["count"] for r in copies) == delivered
+    assert all(r["data_quality"] in ("ok", "idle") for r in health)
+    assert 0 < min(r["sampling_duty"] for r in health if r["records_delivered"]) < 1
+
+
+def test_warehouse_loads_v2_health_next_to_v1_and_upgrades_an_old_table(tmp_path, zero_ts_rows):
+    """v2 health rows (with an 'error' window) and a v1 health shard load into one warehouse whose
+    health table predates v2 (its missing columns are added); data_quality is queryable in SQL."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from analytics.store.ingest import ingest_shards
+    from analytics.store.schema import ensure_schema
+
+    agg = Aggregator(60)
+    agg.add_kernel_rows([r for r in zero_ts_rows if r[0] == 0], delivered_at_s=1_796_279_900.0)
+    agg.add_kernel_rows([r for r in zero_ts_rows if r[0] > 0], delivered_at_s=1_796_280_030.0)
+    ht = health_table(agg.take_all(), 60, _meta())
+    root = tmp_path / "shards"
+    for i in range(ht.num_rows):
+        write_shard(root, "health", ht.slice(i, 1), ht.column("window_start")[i].as_py())
+    old = pa.table({"schema_version": pa.array([1], pa.int16()), "window_start": pa.array([ht.column("window_start")[0].as_py()], pa.timestamp("us", tz="UTC")),
+                    "window_s": pa.array([60], pa.int32()), "host": ["old"], "job": ["j"], "run_id": ["r0"],
+                    "pid": pa.array([1], pa.int32()), "records": pa.array([5], pa.int64()), "dropped_records": pa.array([0], pa.int64())})
+    d = next((root / "health").rglob("hour=*"))
+    pq.write_table(old, d / "old-1-v1.parquet")
+    con = duckdb.connect()
+    v1_cols = [f for f in HEALTH if f.name in old.column_names or f.name in ("callback_s", "overhead_pct", "sampling_duty", "cupti_version")]
+    con.register("_e", pa.Table.from_pylist([], schema=pa.schema(v1_cols)))
+    con.execute("CREATE TABLE health AS SELECT *, 0::BIGINT AS shard_id FROM _e LIMIT 0")  # a pre-v2 warehouse
+    ensure_schema(con)
+    res = ingest_shards(root, con, tables=("health",))
+    assert not res.quarantined, res.quarantined
+    rows = con.execute("SELECT host, schema_version, records_delivered, records_valid, data_quality FROM health ORDER BY window_start, host").fetchall()
+    assert ("h", 2, 1500, 0, "error") in rows  # the window whose records all lacked timestamps
+    assert ("old", 1, None, None, None) in rows
+    assert any(r[4] in ("ok", "degraded") and r[3] == 1500 for r in rows)
