@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analytics.changepoint import detect_change_points
-from analytics.results import Regression
+from analytics.results import MAX_MAGNITUDE_PCT, Regression, size_pct
 from analytics.store import series as sr
 from analytics.store.regressions import OPEN
 from analytics.trend import severity_of
 
 
-#: A series that starts from 0 (a new kernel's share) has an infinite relative change; regressions
-#: report it as +1000 % so that JSON, charts and sorting stay finite.
-MAX_MAGNITUDE_PCT = 1000.0
+__all__ = ["MAX_MAGNITUDE_PCT", "DetectConfig", "Step", "find_steps", "Candidate", "candidate", "update_open", "dedup"]
 
 #: Preference when several series show one event of the same kernel (most specific first).
 _PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
@@ -147,7 +145,7 @@ def candidate(name, mat, i, key, st: Step, shares, gpu_jobs, as_of, config) -> C
     status = "new"
     if ended is not None:
         status = "went_away" if (ended - onset) <= dt.timedelta(hours=config.went_away_hours) else "resolved"
-    magnitude = max(-MAX_MAGNITUDE_PCT, min(MAX_MAGNITUDE_PCT, st.magnitude_pct))
+    magnitude = size_pct(st.before, st.after)  # the event's one size (analytics.results.size_pct)
     reg = Regression(job=job or "", kernel=kernel, kernel_id=kernel_id, gpu_uuid=gpu_uuid, series=name, onset=onset,
                      before=st.before, after=st.after, magnitude_pct=magnitude, p_value=st.p_value,
                      severity=severity_of(magnitude, share), share_gpu_time=share, signature=signature,
@@ -169,7 +167,8 @@ def update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
         status = "new" if row["detected_at"] == as_of else "ongoing"
         before, after, mag, p, ended = row["before"], row["after"], row["magnitude_pct"], row["p_value"], None
         if match is not None:
-            after, mag, p = match.after, max(-MAX_MAGNITUDE_PCT, min(MAX_MAGNITUDE_PCT, match.magnitude_pct)), match.p_value
+            # the size stays relative to the event's stored before level (one definition: size_pct)
+            after, mag, p = match.after, size_pct(before, match.after), match.p_value
             if match.reverted_index is not None:
                 ended = mat.hour_at(match.reverted_index)
         elif i is None:

@@ -63,7 +63,9 @@ def ingest(
     hour_ts = _parse_ts(hour)
     inputs.or_exit(inputs.shard_root, shards)
     inputs.or_exit(inputs.writable_db, db)
-    with _writer(db) as con:
+    from app.tables import spinner
+
+    with _writer(db) as con, spinner(f"loading shards from {terminal(shards)}…"):
         result = store.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:
@@ -75,23 +77,26 @@ def ingest(
 def analyze(
     db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
     as_of: Optional[str] = typer.Option(None, "--as-of", help="Analyse data up to this UTC hour (ISO); default: the latest hour loaded."),
-    as_json: bool = typer.Option(False, "--json", help="Print regressions as a JSON list."),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
     """Analyse every hour not analysed yet (baselines, regressions, root causes), oldest first, as
-    the hourly DAG would have; print the regressions reported in the lookback up to --as-of."""
+    the hourly DAG would have; print the regressions reported in the lookback up to --as-of, in
+    the daily report's order."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from analytics.store import LockTimeout, Store
+    from app import tables
     from app.hour import catch_up
     from cudawatch import inputs
-    from cudawatch.text import shorten_name, terminal
 
+    fmt = "json" if as_json else tables.check_format(fmt)
     as_of_ts = _parse_ts(as_of)
     inputs.or_exit(inputs.existing_db, db)
     err = Console(stderr=True)
     with Progress(TextColumn("analysing {task.fields[hour]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=as_json and not err.is_terminal) as bar:
+                  console=err, transient=True, disable=fmt != "table" and not err.is_terminal) as bar:
         task = bar.add_task("hours", total=None, hour="")
 
         def progress(total: int, hour) -> None:
@@ -105,26 +110,72 @@ def analyze(
         except LockTimeout as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3)
-    regressions = done.regressions
-    if done.as_of is not None and not as_json:
-        err.print(f"analysed {len(done.hours)} hours up to {done.as_of:%Y-%m-%d %H:00}" +
-                  ("" if done.hours else " (all analysed before)"))
-    if as_json:
+    regressions = report_order(done.regressions, done.as_of)
+    if fmt == "json":
         typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
         return
-    from rich.table import Table
-    from rich.text import Text
+    if done.as_of is not None and fmt == "table":
+        err.print(f"analysed {len(done.hours)} hours up to {done.as_of:%Y-%m-%d %H:00}" +
+                  ("" if done.hours else " (all analysed before)"))
+    tables.print_rows(REGRESSION_COLUMNS, [regression_row(r) for r in regressions], fmt,
+                      title=f"{len(regressions)} regressions", raw=[r.to_json() for r in regressions])
+    if not regressions and fmt == "table":
+        with _reader(db) as con:
+            why = why_no_regressions(con)
+        if why:
+            typer.echo(why, err=True)
 
-    table = Table(title=f"{len(regressions)} regressions")
-    for col in ("severity", "status", "job", "kernel / series", "onset", "change", "p", "causes"):
-        table.add_column(col)
-    for r in regressions:
-        what = shorten_name(r.kernel, r.kernel_id) if r.kernel else (r.gpu_uuid or r.series)
-        # Text, not markup: a name with [brackets] stays literal
-        table.add_row(*(Text(c) for c in (terminal(r.severity), terminal(r.status), shorten_name(r.job), terminal(what),
-                                           f"{r.onset:%Y-%m-%d %H:00}", r.change_label, f"{r.p_value:.1e}",
-                                           ", ".join(f.rule for f in r.causes))))
-    Console().print(table)
+
+#: The columns of a regression list in the terminal (analyze, demo): the report's "At a glance".
+from app.tables import Col  # noqa: E402
+
+REGRESSION_COLUMNS = (
+    Col("severity", "severity", "time"), Col("job", "job", "name", max_width=14), Col("what", "what changed", "name", "kernel_id", prefix="metric"),
+    Col("change", "change", "num"), Col("since", "since (UTC)", "time"), Col("cause", "top cause", "name", max_width=12, optional=True),
+)
+
+
+def regression_row(r) -> dict:
+    """One regression as the terminal shows it: the metric named, the GPU as host:index."""
+    if r.kernel:
+        what = r.kernel
+    elif r.gpu_uuid:
+        what = f"GPU {r.gpu_label}"
+    elif r.series.startswith("memcpy_") and r.signature:
+        what = f"{r.signature} copies"
+    else:
+        what = "the job"
+    top = r.top_cause
+    return {"severity": r.severity, "job": r.job, "metric": r.metric.label, "what": what, "kernel_id": r.kernel_id,
+            "change": r.size.change, "since": f"{r.onset:%m-%d %H:00}", "cause": top.rule.replace("_", " ") if top else "-"}
+
+
+def report_order(regressions, as_of):
+    """The regressions in the daily report's order for the day of ``as_of`` (reports.render.classify)."""
+    if not regressions or as_of is None:
+        return list(regressions)
+    from analytics.store.report import day_window
+    from reports.render import classify
+
+    start, end = day_window(as_of.date())
+    ordered = [r for _, r in classify(regressions, start, end)]
+    return ordered + [r for r in regressions if r not in ordered]
+
+
+def why_no_regressions(con) -> str | None:
+    """Why a warehouse gives no regressions, when the reason is too little history."""
+    from analytics.lifecycle import DetectConfig
+    from analytics.store.report import data_extent
+
+    first, last = data_extent(con)
+    if first is None:
+        return "no regressions: the warehouse has no kernel or device data yet (run `cudawatch ingest`)"
+    have = int((last - first).total_seconds() // 3600) + 1
+    need = DetectConfig().min_points
+    if have < need:
+        return (f"no regressions: the detector needs >= {need} h of history per series; this warehouse has {have} h "
+                f"({first:%Y-%m-%d %H:00} to {last:%Y-%m-%d %H:00} UTC). Simulate or collect longer (e.g. --hours 48).")
+    return None
 
 
 def query(
@@ -187,27 +238,83 @@ def _print_arrow(result, fmt: str, limit: int) -> None:
 
 def diff(
     db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
-    job: str = typer.Option(..., "--job", help="Job to compare."),
-    before: str = typer.Option(..., "--before", help="Start of the 'before' window (ISO hour)."),
-    after: str = typer.Option(..., "--after", help="Start of the 'after' window (ISO hour)."),
+    job: Optional[str] = typer.Option(None, "--job", help="Job to compare (default with --event: the event's job)."),
+    before: Optional[str] = typer.Option(None, "--before", help="Start of the 'before' window (ISO hour)."),
+    after: Optional[str] = typer.Option(None, "--after", help="Start of the 'after' window (ISO hour)."),
     hours: int = typer.Option(24, "--hours", help="Length of each window in hours."),
+    event: Optional[str] = typer.Option(None, "--event", help="A regression's event_id: its job, the window before and after its onset."),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
 ) -> None:
-    """Trace diff of a job between two windows: kernels added, removed, slower, faster."""
+    """Trace diff of a job between two windows: kernels added, removed, slower, faster.
+
+    With --event, the line above the table is the regression's own size (as in the report); the
+    table's changes are the two windows' per-launch means, labelled as such."""
     from analytics.store import diff as trace_diff
-    from analytics import store
-
+    from analytics.store.regressions import load_regressions
+    from app import tables
     from cudawatch import inputs
+    from cudawatch.text import shorten_name, terminal
 
+    tables.check_format(fmt)
     before_ts, after_ts = _parse_ts(before), _parse_ts(after)
     inputs.or_exit(inputs.existing_db, db)
+    reg = None
     with _reader(db) as con:
+        if event is not None:
+            reg = next((r for r in load_regressions(con) if r.event_id == event), None)
+            if reg is None:
+                typer.echo(f"error: no regression with event_id {event!r} (see `cudawatch analyze --format json`)", err=True)
+                raise typer.Exit(2)
+            from analytics.store.report import data_extent
+
+            first, last = data_extent(con)
+            if last is not None and first is not None:  # equal windows that both hold data
+                hours = max(1, min(hours, int((last - reg.onset).total_seconds() // 3600) + 1,
+                                   int((reg.onset - first).total_seconds() // 3600)))
+            job = job or reg.job
+            after_ts = after_ts or reg.onset
+            before_ts = before_ts or (reg.onset - dt.timedelta(hours=hours))
+        if job is None or before_ts is None or after_ts is None:
+            typer.echo("error: give --job, --before and --after, or --event", err=True)
+            raise typer.Exit(2)
         try:
             result = trace_diff.trace_diff(con, job, before_ts, after_ts, hours=hours)
         except ValueError as exc:  # unknown job, overlapping windows
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
-    _print_arrow(result, fmt, 200)
+    raw = result.to_pylist()
+    if fmt != "table":
+        tables.print_rows(DIFF_COLUMNS, raw, fmt)
+        return
+    if reg is not None:
+        typer.echo(f"regression {reg.event_id}: {reg.size.text} since {reg.onset:%Y-%m-%d %H:00} UTC "
+                   f"({shorten_name(reg.kernel, reg.kernel_id) if reg.kernel else terminal(reg.gpu_label or reg.job)})")
+    title = (f"job {terminal(job)}: {hours} h from {before_ts:%m-%d %H:00} vs {hours} h from {after_ts:%m-%d %H:00} UTC; "
+             "µs per launch and Δ/launch are the two windows' means")
+    tables.print_rows(DIFF_COLUMNS, [diff_row(r) for r in raw], "table", title=title)
+
+
+from app.tables import Col as _Col  # noqa: E402
+
+DIFF_COLUMNS = (
+    _Col("kernel", "kernel", "name", "kernel_id"), _Col("status", "status", "time"),
+    _Col("us_before", "µs before", "num"), _Col("us_after", "µs after", "num"),
+    _Col("change", "Δ/launch", "num"), _Col("gpu_s", "GPU-s Δ", "num"),
+    _Col("configs", "configs", "num", optional=True),
+)
+
+
+def diff_row(row: dict) -> dict:
+    from analytics.results import fmt_value
+
+    def us(ns):
+        return "–" if ns is None else fmt_value(ns / 1e3)
+
+    change = row["change_pct"]
+    return {"kernel": row["kernel"], "kernel_id": row["kernel_id"], "status": row["status"],
+            "us_before": us(row["mean_ns_before"]), "us_after": us(row["mean_ns_after"]),
+            "change": "–" if change is None else f"{change:+.1f}%", "gpu_s": f"{row['delta_gpu_s']:+,.1f}",
+            "configs": f"{row['configs_before']} → {row['configs_after']}"}
 
 
 def register(app: typer.Typer) -> None:

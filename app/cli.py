@@ -19,6 +19,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _version(value: bool) -> None:
+    if value:
+        from cudawatch import __version__
+
+        typer.echo(f"cudawatch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Continuous CUDA performance monitoring: collect, ingest, detect regressions, report."""
+
+
 for module in (simulate_cli, analytics_cli, reports_cli, collector_cli):
     module.register(app)
 

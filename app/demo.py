@@ -22,6 +22,7 @@ class DemoResult:
     regressions: list = field(default_factory=list)
 
     def summary(self) -> str:
+        """Paths and counts (the regressions themselves: ``regression_table``)."""
         lines = [
             f"shards:       {self.shards}",
             f"warehouse:    {self.db}",
@@ -30,18 +31,51 @@ class DemoResult:
             f"ingest:       {self.ingest_summary}",
             f"regressions:  {len(self.regressions)}",
         ]
-        from cudawatch.text import shorten_name, terminal
-
-        for r in self.regressions:
+        for r in self.regressions:  # one line each, in the report's order
             causes = ", ".join(f.rule for f in r.causes) or "-"
-            what = shorten_name(r.kernel, r.kernel_id) if r.kernel else terminal(r.gpu_uuid or r.series)
-            lines.append(f"  [{r.severity}] {shorten_name(r.job)} {what} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
-        lines.append(f'try: cudawatch query --db {self.db} "SELECT job, count(*) FROM kernels GROUP BY job"')
+            lines.append(f"  [{r.severity}] {r.job} · {r.metric.label} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
         return "\n".join(lines)
 
+    def hints(self) -> list[str]:
+        """What to run next, with a command path that works from this shell."""
+        exe = command_path()
+        return [f"open {self.report}",
+                f"{exe} analyze --db {self.db}",
+                f'{exe} query --db {self.db} "SELECT job, count(*) FROM kernels GROUP BY job"']
 
-def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED) -> DemoResult:
-    """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced)."""
+
+def command_path() -> str:
+    """How to call cudawatch from this shell: ``cudawatch`` when that is on PATH and is this
+    installation, else the script beside this interpreter (``.venv/bin/cudawatch``), else
+    ``python -m cudawatch``."""
+    import os
+    import shutil
+    import sys
+
+    here = Path(sys.executable).parent / "cudawatch"
+    found = shutil.which("cudawatch")
+    if found and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "cudawatch"
+    if here.exists():
+        try:
+            rel = os.path.relpath(here)
+        except ValueError:
+            rel = str(here)
+        return rel if not rel.startswith("../..") else str(here)
+    return f"{sys.executable} -m cudawatch"
+
+
+#: The demo's stages, in order (``progress(stage, done, total)`` is called as each advances).
+STAGES = ("simulate", "ingest", "analyse", "report")
+
+
+def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, seed: int = DEMO_SEED,
+             progress=None) -> DemoResult:
+    """Run the whole pipeline in ``workdir`` (shards and warehouse from a previous demo are replaced).
+
+    progress(stage, done, total): called when a stage (``STAGES``) starts (done 0) and as it
+    advances (the analyse stage once per hour); None: quiet. Regressions are in the report's order."""
+    step = progress or (lambda stage, done, total: None)
     import simulator
     from analytics.store import Store, ingest_shards
     from app.hour import catch_up
@@ -54,12 +88,18 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
         shutil.rmtree(shards)
     db.unlink(missing_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
+    step("simulate", 0, 1)
     simulator.simulate_fleet(shards, gpus=gpus, hours=hours, seed=seed, start=parse_utc(DEMO_START))
     # `cudawatch ingest` then `cudawatch analyze`: every hour analysed in order by app.hour.run_hour,
     # as the hourly DAG would have.
     store = Store(db)
     with store.writer() as con:
+        step("ingest", 0, 1)
         ingested = ingest_shards(shards, con)
-        regressions = catch_up(store).regressions
+        step("analyse", 0, None)
+        done = catch_up(store, progress=lambda total, hour: step("analyse", 0, total) if hour is None else step("analyse", 1, total))
+    step("report", 0, 1)
     render.write_report(store, report, None)
-    return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), regressions)
+    from app.analytics_cli import report_order
+
+    return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), report_order(done.regressions, done.as_of))

@@ -30,7 +30,9 @@ def report(
         if not db.exists():
             raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
         # Rendered once: the file, its detail pages and the e-mail version come from one build.
-        with Store(db).reader(queue=True) as con:
+        from app.tables import spinner
+
+        with Store(db).reader(queue=True) as con, spinner("rendering the report and its detail pages…"):
             rendered = render.build_archived_report(con, render.parse_day(date, con), out)
         path = render.write_rendered(rendered, out)
     except (ConfigError, render.ReportError, FileNotFoundError) as exc:

@@ -54,12 +54,39 @@ def demo(
     hours: int = typer.Option(DEMO_HOURS, "--hours", min=1, help="Hours to simulate and analyse."),
 ) -> None:
     """Simulate a small fleet with known regressions, run the whole pipeline, write a report."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from app.analytics_cli import REGRESSION_COLUMNS, regression_row
     from app.demo import run_demo
+    from app.tables import print_rows
     from cudawatch import inputs
 
     inputs.or_exit(inputs.output_dir, workdir, "--workdir")
-    result = run_demo(workdir, gpus=gpus, hours=hours)
-    typer.echo(result.summary())
+    err = Console(stderr=True)
+    labels = {"simulate": f"simulating {gpus} GPUs × {hours} h", "ingest": "loading shards into DuckDB",
+              "analyse": "analysing hour by hour", "report": "rendering the report"}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as bar:
+        tasks: dict = {}
+
+        def progress(stage: str, done: int, total) -> None:
+            for other, t in tasks.items():  # a new stage completes the ones before it
+                if other != stage and not bar.tasks[t].finished:
+                    bar.update(t, completed=bar.tasks[t].total or 1, total=bar.tasks[t].total or 1)
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
+            bar.update(tasks[stage], advance=done, total=total)
+
+        result = run_demo(workdir, gpus=gpus, hours=hours, progress=progress)
+        for t in tasks.values():
+            bar.update(t, completed=bar.tasks[t].total or 1, total=bar.tasks[t].total or 1)
+    typer.echo("\n".join(result.summary().splitlines()[:6]))
+    print_rows(REGRESSION_COLUMNS, [regression_row(r) for r in result.regressions], "table",
+               title=f"{len(result.regressions)} regressions (the report's order)")
+    typer.echo("next:")
+    for hint in result.hints():
+        typer.echo(f"  {hint}")
 
 
 def register(app: typer.Typer) -> None:

@@ -75,4 +75,7 @@ def register(app: typer.Typer) -> None:
         checks = run_checks()
         for c in checks:
             typer.echo(f"[{c.status:>4}] {c.name}: {c.detail}")
+        if any(c.status == "fail" and c.name in ("CUDA driver", "NVML") for c in checks):
+            typer.echo("No usable GPU on this host. To see the whole pipeline on a simulated fleet (no GPU needed): "
+                       "cudawatch demo", err=True)
         raise typer.Exit(1 if any(c.status == "fail" for c in checks) else 0)

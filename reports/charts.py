@@ -20,6 +20,7 @@ import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from analytics.results import metric_of  # noqa: E402
 from reports.escape import truncate_middle  # noqa: E402
 
 DPI = 160
@@ -55,20 +56,9 @@ def _png(fig) -> bytes:
 
 
 def unit_of(series: str) -> tuple[str, float]:
-    """Display unit and scale for a series name: ``*_ns`` in µs, ``*_s`` in s, ``*_mhz`` in MHz."""
-    if series.endswith("_ns"):
-        return "µs", 1e-3
-    if series.endswith("_share"):
-        return "%", 100.0
-    if series.endswith("_mhz"):
-        return "MHz", 1.0
-    if series.endswith("_pct"):
-        return "%", 1.0
-    if series.endswith("_s"):
-        return "s", 1.0
-    if series.endswith("_w"):
-        return "W", 1.0
-    return "", 1.0
+    """Display unit and scale of a series (analytics.results.METRICS, the one table of labels)."""
+    m = metric_of(series)
+    return m.unit, m.scale
 
 
 def regression_chart(
@@ -83,9 +73,11 @@ def regression_chart(
 ) -> bytes:
     """Hourly series with the baseline band (before the change point), the segment means before
     and after, and the change point marked at ``onset``."""
-    unit, scale = unit_of(series)
+    metric = metric_of(series)
+    unit, scale = metric.unit, metric.scale
     with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(width_in, 2.5))
+        # 5.4 x 2.6 in with 10 pt ticks: about 9 px text when a phone shows it 380 px wide, 16 px at 680 px
+        fig, ax = plt.subplots(figsize=(min(width_in, 5.4) if width_in < 9 else width_in, 2.6))
         if points:
             xs = [p[0] for p in points]
             ys = np.array([p[1] for p in points]) * scale
@@ -97,14 +89,15 @@ def regression_chart(
             post = [x for x in xs if x >= onset]
             if post:
                 ax.hlines(after * scale, onset, post[-1], colors=RED, linestyles="--", lw=1, label="mean after")
-            ax.plot(xs, ys, color=INK, lw=1.4, marker="o", ms=2.2, label=series)
-            ax.axvline(onset, color=RED, lw=1.2, label=f"change point {onset:%m-%d %H:00} UTC")
+            ax.plot(xs, ys, color=INK, lw=1.4, marker="o", ms=2.2, label=metric.label)
+            ax.axvline(onset, color=RED, lw=1.2, label=f"change {onset:%m-%d %H:00} UTC")
             ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d\n%H:00", tz=dt.timezone.utc))
             ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=4, maxticks=9, tz=dt.timezone.utc))
-            ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=7, frameon=False, ncol=5, handlelength=1.6)
+            ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=9, frameon=False, ncol=3, handlelength=1.2, columnspacing=1.0)
+            ax.tick_params(labelsize=10)
         else:
             ax.text(0.5, 0.5, "no data for this series in the warehouse", ha="center", va="center", color=MUTED, transform=ax.transAxes)
-        ax.set_ylabel(f"{series} ({unit})" if unit else series, fontsize=8)
+        ax.set_ylabel(f"{metric.label} ({unit})" if unit else metric.label, fontsize=10)
         ax.grid(axis="y", color=GRID, lw=0.6)
         return _png(fig)
 

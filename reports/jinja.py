@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import jinja2
 
 from analytics.results import SEVERITIES
+from reports import evidence
 from reports.escape import plain, truncate_middle
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -82,6 +83,16 @@ def _evidence_text(value: Any) -> str:
     return str(value)
 
 
+def _fmt_share_fine(value: Any) -> str:
+    """A share that keeps small values visible: ``0.02 %``, ``< 0.01 %``."""
+    if value is None:
+        return "–"
+    pct = 100 * float(value)
+    if pct == 0:
+        return "0%"
+    return f"{pct:.1f}%" if pct >= 1 else (f"{pct:.2f}%" if pct >= 0.01 else "< 0.01%")
+
+
 def _rule_title(rule: str) -> str:
     return rule.replace("_", " ")
 
@@ -99,6 +110,12 @@ def env(text: bool = False) -> jinja2.Environment:
             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
         )
     env.filters.update(num=_fmt_num, pct=_fmt_pct, share=_fmt_share, pval=_fmt_p, ts=_fmt_ts, evidence=_fmt_evidence,
-                       rule=_rule_title, shorten=truncate_middle)
+                       rule=_rule_title, shorten=truncate_middle, share_fine=_fmt_share_fine)
+    html = not text
+
+    def _sentence(f, r, gpu_labels=None):
+        return evidence.sentence(f, r, html=html, gpu_labels=gpu_labels)
+
+    env.filters["sentence"] = _sentence
     env.globals.update(SEVERITIES=SEVERITIES[::-1], STATUS_ORDER=STATUS_ORDER)
     return env

@@ -71,7 +71,7 @@ class ReportItem:
         if r.kernel:  # the one shortening rule of cudawatch.text (head, tail and the kernel id)
             return shorten_name(r.kernel, r.kernel_id)
         if r.gpu_uuid:
-            what = r.gpu_uuid
+            what = f"GPU {r.gpu_label}"
         elif r.series.startswith("memcpy_") and r.signature:
             what = f"{r.signature} copies"
         else:
@@ -206,6 +206,7 @@ def build_report(
         summary=summary, kernels=kernels, jobs=data.job_table(con, start, end), items=items, counts=counts,
         totals=totals, gpus=data.gpu_health(con, start, end),
         collector=data.collector_health(con, start, end, budget_pct), budget_pct=budget_pct, gaps=gaps, img=img, report_url=report_url, grid=grid,
+        gpu_labels=_gpu_labels(con),
     )
     worst = next((s for s in SEVERITIES[::-1] if any(counts[s][st] for st in ("new", "ongoing"))), None)
     subject = header(
@@ -225,6 +226,13 @@ def build_report(
     return RenderedReport(day=day, html=html, text=text, subject=subject, images=images, details=details, mail_html=mail_html)
 
 
+def _gpu_labels(con) -> dict[str, str]:
+    """``host:index`` of every GPU UUID seen (the one GPU label of the report; the UUID is on hover)."""
+    from analytics.store.regressions import gpu_labels
+
+    return {g: f"{h}:{i}" for g, (h, i) in gpu_labels(con).items()}
+
+
 def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | None = None) -> str:
     """The detail page of one regression: full names, the series chart over the whole data range,
     segment statistics, every cause with all its evidence, and SQL to look at the series."""
@@ -237,7 +245,7 @@ def render_detail(con, item: ReportItem, day: dt.date, *, report_href: str | Non
     png = charts.regression_chart(points, onset, r.before, r.after, r.series, band=_band(points, onset), width_in=9.5)
     chart = "data:image/png;base64," + base64.b64encode(png).decode()
     return jinja.env().get_template("detail.html").render(
-        item=item, r=r, day=day, chart=chart, points=points, report_href=report_href,
+        item=item, r=r, day=day, chart=chart, points=points, report_href=report_href, gpu_labels=_gpu_labels(con),
         generated=dt.datetime.now(dt.timezone.utc), subject=f"cudawatch regression {r.event_id}",
     )
 

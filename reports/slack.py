@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from analytics.results import Regression
 from cudawatch.text import shorten_name
 from reports.escape import single_line, slack, slack_code
+from reports.evidence import sentence
 
 SEVERITY_ICON = {"critical": ":red_circle:", "high": ":large_orange_circle:", "medium": ":large_yellow_circle:", "low": ":white_circle:"}
 #: at most this many events listed in a grouped message (the rest are counted)
@@ -31,7 +32,8 @@ def _subject(r: Regression) -> str:
     if r.kernel:  # the one shortening rule of cudawatch.text (head, tail and the kernel id)
         return slack_code(shorten_name(r.kernel, r.kernel_id))
     if r.gpu_uuid:
-        return "GPU " + slack_code(r.gpu_uuid, 80)
+        label = r.gpu_label or r.gpu_uuid
+        return "GPU " + slack_code(label, 80) + ("" if label == r.gpu_uuid else f" ({slack(r.gpu_uuid, 80)})")
     if r.series.startswith("memcpy_") and r.signature:
         return slack_code(r.signature, 80) + " copies"
     return "the whole job"
@@ -42,6 +44,8 @@ def _cause_line(r: Regression) -> str:
     if top is None:
         return "no root-cause rule matched"
     line = f"*{slack(top.rule.replace('_', ' '), 80)}* ({round(100 * top.confidence)}%)"
+    if top.evidence:
+        line += ": " + slack(sentence(top, r), 900)
     if top.recommendation:
         line += " — " + slack(top.recommendation, 400)
     return line
@@ -55,15 +59,15 @@ def _link_block(report_url: str | None) -> list[dict[str, Any]]:
 
 
 def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
-    title = f"{r.severity.upper()} regression: {r.series} {magnitude(r)}"
+    title = f"{r.severity.upper()} regression: {r.metric.name} {magnitude(r)}"
     fields = [
         f"*Severity*\n{SEVERITY_ICON.get(r.severity, '')} {slack(r.severity)}",
         f"*Job*\n{slack(r.job, 200)}",
-        f"*Magnitude*\n{magnitude(r)} ({r.before:.4g} → {r.after:.4g}), p={r.p_value:.1e}",
+        f"*{r.metric.label.capitalize()}*\n{magnitude(r)} ({r.size.values}), p={r.p_value:.1e}",
         f"*Onset*\n{r.onset:%Y-%m-%d %H:%M} UTC",
     ]
-    if r.share_gpu_time:
-        fields.append(f"*Share of job GPU time*\n{100 * r.share_gpu_time:.1f}%")
+    if r.share_gpu_time and r.kernel:
+        fields.append(f"*Kernel's share of job GPU time (24 h before detection)*\n{100 * r.share_gpu_time:.1f}%")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": single_line(title)[:150], "emoji": True}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{'Kernel' if r.kernel else 'What'}*: {_subject(r)}"}},
@@ -71,7 +75,7 @@ def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(r)}"[:3000]}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": f"event `{r.event_id}` · cudawatch"}]},
     ]
-    text = f"{r.severity.upper()} regression in job {slack(r.job, 100)}: {r.series} {magnitude(r)} since {r.onset:%Y-%m-%d %H:00} UTC"
+    text = f"{r.severity.upper()} regression in job {slack(r.job, 100)}: {r.metric.name} {magnitude(r)} since {r.onset:%Y-%m-%d %H:00} UTC"
     return {"text": text, "blocks": blocks + _link_block(report_url)}
 
 
@@ -82,7 +86,7 @@ def _group(regressions: Sequence[Regression], report_url: str | None) -> dict[st
         {"type": "header", "text": {"type": "plain_text", "text": f"{n} new regressions (worst: {worst})", "emoji": True}},
     ]
     for r in regressions[:GROUP_LIST_MAX]:
-        line = (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.series} *{magnitude(r)}* · job {slack(r.job, 80)}"
+        line = (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.metric.name} *{magnitude(r)}* · job {slack(r.job, 80)}"
                 f" · {_subject(r)} · since {r.onset:%m-%d %H:00} UTC\n{_cause_line(r)}")
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": line[:3000]}})
     if n > GROUP_LIST_MAX:

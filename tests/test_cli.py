@@ -103,3 +103,79 @@ def test_simulate_jobs_option(tmp_path):
     assert len(doc["jobs"]) == 6 and doc["jobs_arg"] == 6
     bad = runner.invoke(app, ["simulate", "--out", str(tmp_path / "t"), "--gpus", "4", "--hours", "2", "--jobs", "5"])
     assert bad.exit_code == 2 and "more than the 4 GPUs" in bad.output
+
+
+# --- a CLI that guides (issue 13) ----------------------------------------------------------------
+
+def _warehouse(tmp_path, gpus: int, hours: int):
+    root, db = tmp_path / "sim", tmp_path / "w.duckdb"
+    for argv in (["simulate", "--out", str(root), "--gpus", str(gpus), "--hours", str(hours), "--seed", "11"],
+                 ["ingest", "--shards", str(root), "--db", str(db)]):
+        out = runner.invoke(app, argv)
+        assert out.exit_code == 0, out.output
+    return db
+
+
+def test_version():
+    from cudawatch import __version__
+
+    out = runner.invoke(app, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"cudawatch {__version__}"
+
+
+def test_analyze_says_why_a_short_warehouse_has_no_regressions(tmp_path):
+    db = _warehouse(tmp_path, 8, 6)
+    out = runner.invoke(app, ["analyze", "--db", str(db)])
+    assert out.exit_code == 0, out.output
+    assert "0 regressions" in out.output
+    assert "needs >= 24 h of history per series; this warehouse has 6 h" in out.output
+
+
+def test_analyze_and_diff_tables_fit_80_columns(tmp_path):
+    """At 80 columns no line is wider than the terminal, the onset is whole, names lose their
+    middle (never the time), and csv/json carry every value whole."""
+    db = _warehouse(tmp_path, 8, 30)
+    wide = runner.invoke(app, ["analyze", "--db", str(db), "--format", "json"])
+    events = json.loads(wide.output)
+    assert events, "the simulated fleet has injected regressions"
+    out = runner.invoke(app, ["analyze", "--db", str(db)], env={"COLUMNS": "80"}, terminal_width=80)
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    for e in events:  # every onset whole, in the report's order
+        assert dt_hour(e["onset"]) in out.output
+    assert [dt_hour(e["onset"]) for e in events] == [line for line in _onsets(lines)]
+    as_csv = list(csv.DictReader(io.StringIO(runner.invoke(app, ["analyze", "--db", str(db), "--format", "csv"]).output)))
+    assert [r["event_id"] for r in as_csv] == [e["event_id"] for e in events]
+    assert any(len(r["kernel"]) > 80 for r in as_csv if r["kernel"])  # whole names in CSV
+    kernel_event = next(e for e in events if e["kernel_id"] and e["before"] > 0)
+    diff = runner.invoke(app, ["diff", "--db", str(db), "--event", kernel_event["event_id"]], env={"COLUMNS": "80"})
+    assert diff.exit_code == 0, diff.output
+    body = diff.output.splitlines()[1:]
+    assert max(len(line) for line in body) <= 80 and len(body) < 80, diff.output  # no 16 columns wrapped over 20+ lines
+    assert f"{kernel_event['size']['change_pct']:+.1f}%" in diff.output.splitlines()[0]
+    as_json = json.loads(runner.invoke(app, ["diff", "--db", str(db), "--event", kernel_event["event_id"], "--format", "json"]).output)
+    assert {"kernel_id", "mean_ns_before", "change_pct", "configs_changed"} <= set(as_json[0])
+
+
+def dt_hour(iso: str) -> str:
+    import datetime as dt
+
+    return f"{dt.datetime.fromisoformat(iso):%m-%d %H:00}"
+
+
+def _onsets(lines):
+    import re
+
+    rows = [line for line in lines if not line.startswith("analysed")]
+    return [m.group() for line in rows for m in [re.search(r"\d\d-\d\d \d\d:00", line)] if m]
+
+
+def test_doctor_points_to_the_demo_without_a_gpu():
+    from collector.doctor import check_driver
+
+    out = runner.invoke(app, ["doctor"])
+    if check_driver().status == "ok":
+        assert "cudawatch demo" not in out.output
+    else:
+        assert "cudawatch demo" in out.output, out.output

@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 from analytics.context import RegressionContext
 from analytics.results import Finding
+from analytics.rules import device as _device, kernels as _kernels, memcpy as _memcpy, regime as _regime
 from analytics.rules.device import clock_throttle, contention, gpu_idle_gaps, straggler_gpu
 from analytics.rules.kernels import kernel_slower, kernel_vanished, launch_config_changed, more_launches, new_kernel
 from analytics.rules.memcpy import memcpy_throughput_drop, pageable_memcpy
@@ -31,6 +32,10 @@ ALL_RULES: tuple[Rule, ...] = (
 
 #: The fixed vocabulary of ``causes`` in ``cudawatch analyze --json``.
 RULES: tuple[str, ...] = tuple(rule.__name__ for rule in ALL_RULES)
+
+#: Evidence in plain words: one Jinja template per rule, kept next to the rule in its module
+#: (rendered by reports.evidence; the raw numbers stay in ``findings.evidence``).
+EVIDENCE_TEMPLATES: dict[str, str] = {**_kernels.EVIDENCE, **_memcpy.EVIDENCE, **_device.EVIDENCE, **_regime.EVIDENCE}
 
 
 
@@ -51,4 +56,4 @@ def evaluate(ctx: RegressionContext, rules: Iterable[Rule] = ALL_RULES) -> tuple
     return tuple(f for _, _, f in sorted(found, key=lambda t: t[:2]))
 
 
-__all__ = ["RULES", "ALL_RULES", "evaluate", *RULES]
+__all__ = ["RULES", "ALL_RULES", "EVIDENCE_TEMPLATES", "evaluate", *RULES]

@@ -159,3 +159,26 @@ def contention(ctx: RegressionContext) -> Finding | None:
         "other_busy_share_before": share_b, "other_busy_share_after": share_a,
     }, "Other jobs now share this job's GPUs: give the job exclusive GPUs (exclusive-process compute mode, "
        "scheduler constraints) or partition them with MIG.")
+
+
+#: Evidence in plain words per rule (see analytics.rules.kernels.EVIDENCE; ``gpu`` names a GPU host:index).
+EVIDENCE = {
+    "clock_throttle": (
+        "The SM clock of GPU {{ gpu(ev.gpu_uuid) }} "
+        "{% if series == 'gpu_sm_clock_mhz' and ev.gpu_uuid == r.gpu_uuid %}fell {{ size.change }} ({{ size.values }}) "
+        "{% else %}fell from {{ ev.sm_clock_mhz_before | v }} to {{ ev.sm_clock_mhz_after | v }} MHz {% endif %}"
+        "while {{ ev.reasons | join(', ') if ev.reasons else 'clock' }} throttling was active {{ ev.throttled_share_after | share }} "
+        "of the hours after the change ({{ ev.throttled_share_before | share }} before). Power {{ ev.power_w_before | v }} → "
+        "{{ ev.power_w_after | v }} W, temperature {{ ev.temp_c_before | v }} → {{ ev.temp_c_after | v }} °C."),
+    "straggler_gpu": (
+        "GPU {{ gpu(ev.gpu_uuid) }} runs the job's kernels {{ ev.slower_than_peers_pct_after | v }} % slower than its "
+        "{{ ev.peers }} peer GPU{{ 's' if ev.peers != 1 }} ({{ ev.slower_than_peers_pct_before | v }} % before the change)."),
+    "gpu_idle_gaps": (
+        "The job's GPUs were busy {{ ev.busy_share_after | share }} of the time after the change ({{ ev.busy_share_before | share }} "
+        "before) and kernel launches fell from {{ ev.launches_per_s_before | v }} to {{ ev.launches_per_s_after | v }} per second: "
+        "the GPU waits for the host."),
+    "contention": (
+        "{{ ev.other_jobs_after }} other job{{ 's' if ev.other_jobs_after != 1 }} used {{ ev.other_busy_share_after | share }} "
+        "of this job's GPU time after the change ({{ ev.other_jobs_before }} job{{ 's' if ev.other_jobs_before != 1 }}, "
+        "{{ ev.other_busy_share_before | share }} before)."),
+}

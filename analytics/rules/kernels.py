@@ -228,3 +228,39 @@ def _hourly_launches(kernels) -> dict[str, dict[int, float]]:
         for h, v in zip(hours, k.hourly_launches):
             per_hour[h] = per_hour.get(h, 0.0) + v
     return out
+
+
+#: Evidence in plain words, one Jinja template per rule (rendered by reports.evidence with ``ev``,
+#: the finding's evidence; ``size``, the regression's one size; ``same``, whether the event measures
+#: this kernel's own per-launch time; ``series``, the regression's series; filters ``v`` (value), ``us`` (ns as µs), ``share``
+#: (0..1 as %), ``signed`` (a change in %), ``name`` (a kernel name shortened)).
+EVIDENCE = {
+    "kernel_slower": (
+        "{% if same %}Per-launch time of this kernel rose {{ size.change }} ({{ size.values }})"
+        "{% else %}Per-launch time of {{ ev.kernel | name }} changed {{ ev.change_pct | signed }} "
+        "({{ ev.mean_ns_before | us }} → {{ ev.mean_ns_after | us }} µs, the hours before vs after the change){% endif %}"
+        "{% if ev.signature %} in launch configuration {{ ev.signature }}{% endif %}. "
+        "At {{ ev.launches_per_hour_after | v }} launches per hour that adds {{ ev.added_gpu_s_per_hour | v }} GPU-seconds per hour."),
+    "launch_config_changed": (
+        "The launch configuration of {{ ev.kernel | name }} changed from {{ ev.signature_before }} to {{ ev.signature_after }}"
+        "{% if ev.changed %} ({{ ev.changed | join(', ') }}){% endif %}. "
+        "{% if same %}Per-launch time of this kernel rose {{ size.change }} ({{ size.values }}){% else %}Per-launch time in the new "
+        "configuration: {{ ev.change_pct | signed }} ({{ ev.mean_ns_before | us }} → {{ ev.mean_ns_after | us }} µs){% endif %}, "
+        "adding {{ ev.added_gpu_s_per_hour | v }} GPU-seconds per hour."),
+    "new_kernel": (
+        "{{ ev.count }} kernel{{ 's' if ev.count != 1 }} that did not run before started at the change"
+        "{% if ev.kernels %}: {{ ev.kernels[0].kernel | name }} ({{ ev.kernels[0].launches_per_hour | v }} launches per hour, "
+        "{{ ev.kernels[0].share_after | share }} of the job's kernel time in the hours after the change)"
+        "{% if ev.count > 1 %} and {{ ev.count - 1 }} more{% endif %}{% endif %}. "
+        "Together they add {{ ev.added_gpu_s_per_hour | v }} GPU-seconds per hour."),
+    "kernel_vanished": (
+        "{{ ev.count }} kernel{{ 's' if ev.count != 1 }} that took {{ ev.share_before | share }} of the job's kernel time before "
+        "the change stopped running{% if ev.kernels %}: {{ ev.kernels[0].kernel | name }}{% if ev.count > 1 %} and "
+        "{{ ev.count - 1 }} more{% endif %}{% endif %}."),
+    "more_launches": (
+        "Launches per hour of {{ ev.kernel | name }} went from {{ ev.launches_per_hour_before | v }} to "
+        "{{ ev.launches_per_hour_after | v }} ({{ ev.change_pct | signed }}); "
+        "{% if series == 'kernel_launch_share' %}its share of the job's launches rose {{ size.change }} ({{ size.values }})"
+        "{% else %}its share of the job's launches went from {{ ev.share_of_job_launches_before | share }} to "
+        "{{ ev.share_of_job_launches_after | share }}{% endif %}, adding {{ ev.added_gpu_s_per_hour | v }} GPU-seconds per hour."),
+}

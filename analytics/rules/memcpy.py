@@ -75,3 +75,17 @@ def memcpy_throughput_drop(ctx: RegressionContext) -> Finding | None:
         "added_copy_s_per_hour": ctx.after.per_hour(added_s),
     }, "Copies on this path got slower: check PCIe link width/generation (nvidia-smi -q), NUMA placement "
        "of host buffers and other traffic on the link.")
+
+
+#: Evidence in plain words per rule (see analytics.rules.kernels.EVIDENCE).
+EVIDENCE = {
+    "pageable_memcpy": (
+        "Pageable host memory went from {{ ev.pageable_share_before | share }} to {{ ev.pageable_share_after | share }} of the "
+        "host↔device copy bytes; host copies now run at {{ ev.host_copy_bytes_per_ns_after | v }} GB/s "
+        "({{ ev.host_copy_bytes_per_ns_before | v }} GB/s before) and take {{ ev.host_copy_s_per_hour_after | v }} s per hour "
+        "({{ ev.host_copy_s_per_hour_before | v }} s before)."),
+    "memcpy_throughput_drop": (
+        "{{ ev.copy_kind }} copies ({{ ev.src_kind }} → {{ ev.dst_kind }}) slowed from {{ ev.gb_per_s_before | v }} to "
+        "{{ ev.gb_per_s_after | v }} GB/s ({{ ev.change_pct | signed }}), adding {{ ev.added_copy_s_per_hour | v }} s of copy "
+        "time per hour."),
+}

@@ -91,3 +91,20 @@ def transfer_bound(ctx: RegressionContext) -> Finding | None:
         "copy_share_before": tb, "copy_share_after": ta, "pcie_pct_of_peak_before": pb, "pcie_pct_of_peak_after": pa,
     }, "Host<->device transfers bound the job: keep data on the GPU, overlap copies with compute "
        "(pinned memory, async copies on side streams), or batch small copies.")
+
+
+#: Evidence in plain words per rule (see analytics.rules.kernels.EVIDENCE).
+EVIDENCE = {
+    "compute_bound": (
+        "SM utilisation was {{ ev.sm_util_pct_before | v }} % before and {{ ev.sm_util_pct_after | v }} % after the change"
+        "{% if ev.dram_bw_util_pct_after is not none %}, memory bandwidth {{ ev.dram_bw_util_pct_after | v }} %{% endif %}"
+        "{% if ev.tensor_util_pct_after is not none %}, tensor cores {{ ev.tensor_util_pct_after | v }} %{% endif %}: "
+        "the kernels are compute-bound, so a slower clock or kernel shows directly in job time."),
+    "memory_bound": (
+        "DRAM bandwidth utilisation went from {{ ev.dram_bw_util_pct_before | v }} % to {{ ev.dram_bw_util_pct_after | v }} %: "
+        "the kernels are memory-bound."),
+    "transfer_bound": (
+        "Host↔device copies took {{ ev.copy_share_after | share }} of the job's GPU time after the change "
+        "({{ ev.copy_share_before | share }} before){% if ev.pcie_pct_of_peak_after is not none %}; PCIe ran at "
+        "{{ ev.pcie_pct_of_peak_after | v }} % of its peak{% endif %}."),
+}

@@ -165,6 +165,7 @@ def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime |
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
     causes = findings_of(con, [r["event_id"] for r in rows])
+    labels = gpu_labels(con) if any(r["gpu_uuid"] for r in rows) else {}
     out = []
     for r in rows:
         out.append(Regression(
@@ -172,8 +173,17 @@ def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime |
             onset=r["onset"], before=r["before"], after=r["after"], magnitude_pct=r["magnitude_pct"], p_value=r["p_value"],
             severity=r["severity"], share_gpu_time=r["share_gpu_time"], signature=r["signature"], status=r["status"],
             detected_at=r["detected_at"], causes=causes.get(r["event_id"], ()),
+            gpu_host=labels.get(r["gpu_uuid"], (None, None))[0], gpu_index=labels.get(r["gpu_uuid"], (None, None))[1],
         ))
     return out
+
+
+def gpu_labels(con) -> dict[str, tuple[str, int]]:
+    """(host, gpu_index) of every GPU UUID the agent has seen (the ``host:index`` label of a GPU)."""
+    if not has_table(con, "device"):
+        return {}
+    rows = con.execute("SELECT gpu_uuid, any_value(host), any_value(gpu_index) FROM device GROUP BY gpu_uuid").fetchall()
+    return {g: (h, int(i)) for g, h, i in rows if g is not None and h is not None and i is not None}
 
 
 def has_table(con, name: str) -> bool:

@@ -37,6 +37,7 @@ class PageResult:
     scroll_width: int
     errors: list[str] = field(default_factory=list)
     charts: list[dict] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)  # boxes of the elements with a data-check attribute
 
 
 class _Cdp:
@@ -114,7 +115,10 @@ def render(html: Path, width: int = 1100, chromium: str | None = None, timeout: 
                 h: document.documentElement.scrollHeight, sw: document.documentElement.scrollWidth,
                 charts: Array.from(document.querySelectorAll('img.chart')).map(i => { const r = i.getBoundingClientRect();
                   return {name: i.dataset.chart, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height,
-                          complete: i.complete, natural_width: i.naturalWidth}; })})"""})
+                          complete: i.complete, natural_width: i.naturalWidth}; }),
+                checks: Array.from(document.querySelectorAll('[data-check]')).map(e => { const r = e.getBoundingClientRect();
+                  return {kind: e.dataset.check, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height,
+                          font_px: parseFloat(getComputedStyle(e).fontSize), text: e.innerText}; })})"""})
             meta = json.loads(info["result"]["value"])
             shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
                                                        "clip": {"x": 0, "y": 0, "width": width, "height": meta["h"], "scale": 1}})
@@ -126,7 +130,7 @@ def render(html: Path, width: int = 1100, chromium: str | None = None, timeout: 
                 pass
             import base64
 
-            return PageResult(base64.b64decode(shot["data"]), width, meta["h"], meta["sw"], _errors(cdp.events), meta["charts"])
+            return PageResult(base64.b64decode(shot["data"]), width, meta["h"], meta["sw"], _errors(cdp.events), meta["charts"], meta["checks"])
     finally:
         proc.terminate()
         try:

@@ -72,3 +72,38 @@ def test_blank_detector_catches_an_empty_box():
     assert _ink(img, box) == 0
     img.paste((30, 60, 200), (50, 40, 120, 80))
     assert _ink(img, box) > 0.03
+
+
+#: readable text: regression charts draw 10 pt at charts.DPI; shown smaller than this many CSS px is too small
+MIN_CHART_TEXT_PX = 8.0
+
+
+@pytest.mark.parametrize("width", [400, 1280])
+def test_report_layout_at_phone_and_laptop_width(report_file, width):
+    """At 400 px the "At a glance" table becomes one card per regression with the change, the
+    onset and the cause on screen; at 1280 px it stays a table (one line per regression). In both,
+    nothing scrolls sideways, the headline size and evidence are readable and chart text is at
+    least MIN_CHART_TEXT_PX."""
+    from reports.charts import DPI
+
+    page = chromium.render(report_file, width=width)
+    _check_page(page, width, 3)
+    rows = [c for c in page.checks if c["kind"] == "glance"]
+    changes = [c for c in page.checks if c["kind"] == "change"]
+    assert len(rows) == len(changes) == 3
+    for box in rows + changes:
+        assert box["w"] > 0 and box["x"] >= 0 and box["x"] + box["w"] <= width + 1, box  # on screen
+    for change in changes:
+        assert "%" in change["text"] or "was 0" in change["text"], change
+    if width < 600:
+        assert all(r["h"] > 100 for r in rows)  # a card: severity, status, job, what, change, since, cause
+        assert all(c["w"] < width and c["x"] < 80 for c in changes)  # each field on its own line
+    else:
+        assert all(r["h"] < 90 for r in rows)  # one table line (the name may wrap once)
+    for box in page.checks:
+        if box["kind"] in ("size", "evidence"):
+            assert box["font_px"] >= 12 and box["x"] + box["w"] <= width + 1, box
+    for chart in page.charts:
+        if chart["name"].startswith("regression-"):
+            text_px = 10 / 72 * DPI * chart["w"] / chart["natural_width"]
+            assert text_px >= MIN_CHART_TEXT_PX, (chart, text_px)

@@ -51,7 +51,7 @@ def test_regression_sections_show_evidence_causes_and_links(day1):
 
 
 def test_charts_are_png_data_uris(day1):
-    srcs = re.findall(r'<img class="chart" data-chart="([^"]+)" src="data:image/png;base64,([^"]+)"', day1.html)
+    srcs = re.findall(r'<img class="chart[^"]*" data-chart="([^"]+)" src="data:image/png;base64,([^"]+)"', day1.html)
     assert {name for name, _ in srcs} == {"top-kernels", "utilisation", *(f"regression-{r.event_id}" for r in fleet.regressions())}
     assert all(len(b64) > 2000 for _, b64 in srcs)
     assert "<script" not in day1.html.replace("&lt;script", "")  # no JavaScript at all

@@ -33,8 +33,8 @@ def test_single_message_has_the_fields_people_need():
     gemm = fleet.regressions()[0]
     p = slack.build_blocks([gemm], "https://reports.example/r")
     text = "\n".join(_texts(p))
-    for expected in ("HIGH regression: kernel_mean_ns +20.0%", "*Job*\ntrain", "`void cutlass::Kernel&lt;cutlass_80_tensorop",
-                     "+20.0% (4.2e+05 → 5.04e+05), p=1.0e-09", "2026-11-01 20:00 UTC", "kernel slower same config", gemm.event_id):
+    for expected in ("HIGH regression: per-launch time of this kernel +20.0%", "*Job*\ntrain", "`void cutlass::Kernel&lt;cutlass_80_tensorop",
+                     "*Per-launch time*\n+20.0% (420.0 → 504.0 µs), p=1.0e-09", "2026-11-01 20:00 UTC", "kernel slower same config", gemm.event_id):
         assert expected in text, expected
     assert p["blocks"][-1]["elements"][0]["url"] == "https://reports.example/r"
     assert len(json.dumps(p)) < 40_000 and all(len(b.get("text", {}).get("text", "")) <= 3000 for b in p["blocks"])
