@@ -218,18 +218,22 @@ def _print_arrow(result, fmt: str, limit: int) -> None:
     elif fmt == "json":
         typer.echo(json.dumps(result.to_pylist(), default=_json_default, indent=2))
     elif fmt == "table":
+        import pyarrow.types as pat
+        from rich import box
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
         from cudawatch.text import terminal
 
-        table = Table(show_lines=False)
-        for name in result.column_names:
-            table.add_column(Text(terminal(name)))
+        # Fits the terminal: numbers are never cut, text wraps (the whole values: --format csv|json).
+        table = Table(show_lines=False, box=box.SIMPLE_HEAD, pad_edge=False)
+        for field in result.schema:
+            number = pat.is_integer(field.type) or pat.is_floating(field.type) or pat.is_decimal(field.type)
+            table.add_column(Text(terminal(field.name)), justify="right" if number else "left", no_wrap=number, overflow="fold")
         for row in result.slice(0, limit).to_pylist():
             table.add_row(*(Text("" if v is None else terminal(v)) for v in row.values()))
-        Console(width=200).print(table)
+        Console().print(table)
         if result.num_rows > limit:
             typer.echo(f"... {result.num_rows - limit} more rows (use --format csv)")
     else:

@@ -179,3 +179,16 @@ def test_doctor_points_to_the_demo_without_a_gpu():
         assert "cudawatch demo" not in out.output
     else:
         assert "cudawatch demo" in out.output, out.output
+
+
+def test_query_table_fits_80_columns(tmp_path):
+    """Ad-hoc SQL results fit the terminal: long kernel names wrap, numbers stay whole."""
+    db = _warehouse(tmp_path, 8, 2)
+    sql = "SELECT kernel, launches, total_ns FROM kernels ORDER BY length(kernel) DESC, launches DESC LIMIT 5"
+    out = runner.invoke(app, ["query", "--db", str(db), sql], env={"COLUMNS": "80"}, terminal_width=80)
+    assert out.exit_code == 0, out.output
+    assert max(len(line) for line in out.output.splitlines()) <= 80, out.output
+    rows = json.loads(runner.invoke(app, ["query", "--db", str(db), "--format", "json", sql]).output)
+    assert len(rows[0]["kernel"]) > 80  # a name that had to wrap
+    for r in rows:
+        assert str(r["launches"]) in out.output and str(r["total_ns"]) in out.output
