@@ -201,7 +201,9 @@ def gpu_health(con, start: dt.datetime, end: dt.datetime) -> list[dict]:
 
 def collector_health(con, start: dt.datetime, end: dt.datetime, budget_pct: float = 2.0) -> list[dict]:
     """Per job, from the collector's ``health`` rows: processes, records, dropped records (and
-    their share), mean and max estimated overhead, and windows over the overhead budget."""
+    their share), mean and max estimated overhead, windows over the overhead budget, and the data
+    quality of health v2 (records without usable timestamps, windows where records arrived but
+    none were valid: their kernel data is missing, not zero; null in v1 rows)."""
     return _dicts(
         con,
         """SELECT job, count(DISTINCT run_id) AS processes, count(DISTINCT host) AS hosts,
@@ -209,9 +211,13 @@ def collector_health(con, start: dt.datetime, end: dt.datetime, budget_pct: floa
                   sum(dropped_records) / nullif(sum(records) + sum(dropped_records), 0) AS dropped_share,
                   avg(overhead_pct) AS overhead_mean, max(overhead_pct) AS overhead_max,
                   count(*) FILTER (WHERE overhead_pct > ?) AS windows_over_budget, count(*) AS windows,
-                  avg(sampling_duty) AS duty
+                  avg(sampling_duty) AS duty,
+                  sum(coalesce(invalid_zero_timestamp, 0) + coalesce(invalid_end_before_start, 0)) AS invalid,
+                  count(*) FILTER (WHERE data_quality = 'error') AS error_windows,
+                  sum(coalesce(collector_errors, 0)) AS collector_errors,
+                  arg_max(last_error, window_start) FILTER (WHERE last_error IS NOT NULL) AS last_error
            FROM health WHERE window_start >= ? AND window_start < ?
-           GROUP BY job ORDER BY dropped DESC, overhead_max DESC, job""",
+           GROUP BY job ORDER BY error_windows DESC, dropped DESC, overhead_max DESC, job""",
         (budget_pct, start, end),
     )
 

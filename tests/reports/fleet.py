@@ -64,11 +64,20 @@ def _device_rows(rng, host, gpu, hour):
 
 
 def _health_rows(host, gpu, hour):
-    return [dict(
-        window_start=START + dt.timedelta(hours=hour, minutes=15 * w), window_s=900, host=host, job="train" if gpu == 0 else "infer",
-        run_id=f"{host}-{gpu}-run", pid=1000 + gpu, records=20000, dropped_records=50 if (host == "host-a" and hour == 3) else 0,
-        callback_s=1.2, overhead_pct=0.6 if hour != 3 else 2.4, sampling_duty=1.0, cupti_version="13.4",
-    ) for w in range(4)]
+    rows = []
+    for w in range(4):
+        dropped = 50 if (host == "host-a" and hour == 3) else 0
+        lost = host == "host-b" and gpu == 1 and hour == 12 and w == 0  # records arrived, none valid
+        valid = 0 if lost else 20000
+        rows.append(dict(
+            window_start=START + dt.timedelta(hours=hour, minutes=15 * w), window_s=900, host=host, job="train" if gpu == 0 else "infer",
+            run_id=f"{host}-{gpu}-run", pid=1000 + gpu, records=valid, dropped_records=dropped,
+            callback_s=1.2, overhead_pct=0.6 if hour != 3 else 2.4, sampling_duty=1.0, cupti_version="13.4",
+            records_delivered=5000 if lost else valid, records_valid=valid, invalid_zero_timestamp=5000 if lost else 0,
+            invalid_end_before_start=0, collector_errors=0, last_error=None,
+            data_quality="error" if lost else ("degraded" if dropped else "ok"),
+        ))
+    return rows
 
 
 def build_shards(root: Path, seed: int = 7) -> Path:

@@ -91,6 +91,8 @@ def test_fleet_health_shows_throttling_and_collector_drops(fleet_db):
     assert (worst["host"], worst["gpu_index"], worst["reasons"]) == ("host-b", 1, "HW thermal")
     assert worst["throttled"] == pytest.approx(2 / 23)  # hours 22 and 23 of the 23 hours with samples (10 is a gap)
     assert coll["train"]["dropped"] == 200 and coll["train"]["windows_over_budget"] == 8  # hour 3, 4 windows x 2 hosts
+    # health v2: one window of host-b's infer process delivered 5,000 records, none valid
+    assert (coll["infer"]["error_windows"], coll["infer"]["invalid"], coll["train"]["error_windows"]) == (1, 5000, 0)
     assert grid.gpus == ["host-a:0", "host-a:1", "host-b:0", "host-b:1"] and len(grid.hours) == 24
     assert all(v != v for v in [grid.values[3][10]]) and grid.values[0][10] == grid.values[0][10]  # NaN only in the gap
 
@@ -184,3 +186,11 @@ def test_charts_draw_names_with_dollar_signs_literally():
     hostile = r"k<$\frac{a}$> $x^2$ $\badcommand$"
     png = charts.top_kernels_chart([{"job": hostile, "kernel": hostile, "gpu_hours": 10.0, "share": 0.5}])
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fleet_health_says_when_records_arrived_but_none_were_valid(day1):
+    """A window where CUPTI delivered records but none were valid reads as missing data in the
+    report, never as "no kernels ran"."""
+    html = day1.html
+    assert re.search(r"infer: in 1 collector window CUPTI delivered records but none were valid\s+\(5,000 without usable timestamps\)", html)
+    assert "train: in" not in html
