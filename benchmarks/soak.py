@@ -3,6 +3,7 @@
   python benchmarks/soak.py count --workload lm --steps 50 --json kps_lm.json     (kernels per step, torch.profiler)
   cudawatch collect --job soak-lm --out shards -- python benchmarks/soak.py train --workload lm --seconds 900 --json lm.json
   python benchmarks/soak.py analyze --shards shards --train lm.json --kps kps_lm.json [--job soak-lm]
+  python benchmarks/soak.py phases --train lm.json --duty-log duty_lm.json --kps kps_lm.json
 
 Workloads: ``lm`` = a small transformer language model (4 layers, d=256, 4 heads, sequence 128,
 batch 16, vocabulary 8192; AdamW, bf16 autocast); ``launch`` = the launch-bound loop of
@@ -12,12 +13,16 @@ batch 16, vocabulary 8192; AdamW, bf16 autocast); ``launch`` = the launch-bound 
 process RSS every 5 s (the collector runs inside this process). ``count`` counts kernels per step
 once with torch.profiler (CUDA activities), in a process of its own. ``analyze`` compares, per
 window, the traced launches scaled by ``1 / sampling_duty`` with steps x kernels per step, and
-reports the RSS growth after the first 2 minutes.
+reports the RSS growth after the first 2 minutes. ``phases`` (with the collector's
+``CUDAWATCH_DUTY_LOG``) compares each on-phase's traced records with the steps finished inside it,
+and the step rate inside on-phases with the rate outside them (the real slowdown while tracing).
 """
 
 from __future__ import annotations
 
 import argparse
+import array
+import bisect
 import json
 import os
 import threading
@@ -93,9 +98,11 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
     last_dump = time.time()
+    step_times = array.array("d")  # unix time each step finished (for ``phases``)
     while time.perf_counter() < end:
         step()
         now = time.time()
+        step_times.append(now)
         ws = int(now // window_s * window_s)
         per_window[ws] = per_window.get(ws, 0) + 1
         steps += 1
@@ -104,7 +111,13 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
             last_dump = now
     torch.cuda.synchronize()
     stop.set()
+    with open(steps_file(out), "wb") as f:
+        step_times.tofile(f)
     return _dump(out, workload, window_s, t0, steps, per_window, rss, done=True)
+
+
+def steps_file(train_json: str) -> Path:
+    return Path(train_json).with_suffix(".steps.f64")
 
 
 def _dump(out, workload, window_s, t0, steps, per_window, rss, *, done) -> dict:
@@ -190,6 +203,47 @@ def analyze(shards: str, train_json: str, kps_json: str, job: str | None) -> dic
     return res
 
 
+def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0) -> dict:
+    """Per on-phase of the collector (``CUDAWATCH_DUTY_LOG``): records traced against steps finished
+    inside it x kernels per step (are records lost?), and the program's step rate inside on-phases
+    against the rate outside them (what tracing really slowed the program, next to the collector's
+    own estimate ``f_on``)."""
+    times = array.array("d")
+    with open(steps_file(train_json), "rb") as f:
+        times.frombytes(f.read())
+    kps = json.loads(Path(kps_json).read_text())["kernels_per_step"]
+    log = json.loads(Path(duty_log).read_text())
+    fields = log["fields"]
+    rows = [dict(zip(fields, r)) for r in log["rows"]]
+    lo, hi = times[0] + skip_s, times[-1]  # after the start-up (2 minutes by default), inside the timed loop
+    on_steps = on_time = traced = expected = 0.0
+    per_phase, f_on = [], []
+    for r in rows:
+        a, b = r["off_at"] - r["on_s"], r["off_at"]
+        if a < lo or b > hi or r["on_s"] <= 0:
+            continue
+        n = bisect.bisect_left(times, b) - bisect.bisect_left(times, a)
+        on_steps += n
+        on_time += b - a
+        traced += r["records"]
+        expected += n * kps
+        f_on.append(r["f_on"])
+        per_phase.append(r["records"] / (n * kps) if n else None)
+    total = bisect.bisect_left(times, hi) - bisect.bisect_left(times, lo)
+    off_steps, off_time = total - on_steps, (hi - lo) - on_time
+    rate_on = on_steps / on_time if on_time else None
+    rate_off = off_steps / off_time if off_time else None
+    slowdown = (rate_off / rate_on - 1) if rate_on and rate_off else None
+    work_duty = on_steps / total if total else None
+    return {"on_phases": len(per_phase), "on_time_s": on_time, "wall_duty": on_time / (hi - lo),
+            "work_duty": work_duty, "traced_records": traced, "expected_kernels_in_on_phases": expected,
+            "traced_over_expected": traced / expected if expected else None,
+            "per_phase_ratio_min": min((x for x in per_phase if x), default=None),
+            "per_phase_ratio_max": max((x for x in per_phase if x), default=None),
+            "steps_per_s_on": rate_on, "steps_per_s_off": rate_off, "measured_slowdown_while_on": slowdown,
+            "estimated_slowdown_while_on_mean": sum(f_on) / len(f_on) if f_on else None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -208,8 +262,19 @@ def main() -> None:
     a_.add_argument("--kps", required=True)
     a_.add_argument("--job")
     a_.add_argument("--json")
+    p_ = sub.add_parser("phases")
+    p_.add_argument("--train", required=True)
+    p_.add_argument("--duty-log", required=True)
+    p_.add_argument("--kps", required=True)
+    p_.add_argument("--skip-s", type=float, default=120.0)
+    p_.add_argument("--json")
     a = ap.parse_args()
-    if a.cmd == "train":
+    if a.cmd == "phases":
+        res = phases(a.train, a.duty_log, a.kps, a.skip_s)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=1))
+    elif a.cmd == "train":
         res = train(a.workload, a.seconds, a.window_s, a.json)
         print(json.dumps({k: v for k, v in res.items() if k not in ("steps_per_window", "rss")}))
     elif a.cmd == "count":

@@ -27,6 +27,8 @@ from collector.host import device_map, job_name, preflight, warn_once  # noqa: F
 from collector.rows import ProcessMeta, quality_of
 from collector.spool import Spool, recover
 
+DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records")
+
 _current: "Session | None" = None
 _lock = threading.Lock()
 
@@ -73,7 +75,10 @@ class Session:
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
-        self.duty_log: list[tuple] = []  # (unix time, duty, f_on, on_s, cost_s, cycle_s, period_s)
+        #: one row per on-phase: (off_at unix s, duty, f_on, on_s, cost_s, cycle_s, period_s, records);
+        #: written to ``CUDAWATCH_DUTY_LOG`` (JSON) at stop when set, for benchmarks/soak.py phases
+        self.duty_log: list[tuple] = []
+        self.duty_log_path = os.environ.get("CUDAWATCH_DUTY_LOG")
         self.errors = 0
         self.dropped_total = 0
         self._device_map_failed = False
@@ -152,7 +157,20 @@ class Session:
         self.spool.rotate(final=True)
         self.spool.close()
         self._write_status(now)
+        self._write_duty_log(now)
         self.active = False
+
+    def _write_duty_log(self, now: float) -> None:
+        if not self.duty_log_path:
+            return
+        try:
+            path = Path(self.duty_log_path)
+            tmp = path.with_name(f".tmp-{path.name}")
+            tmp.write_text(json.dumps({"pid": self.meta.pid, "job": self.job, "fields": DUTY_LOG_FIELDS,
+                                       "rows": self.duty_log}))
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._error(now, f"writing the duty log {self.duty_log_path}", exc)
 
     def __enter__(self) -> "Session":
         return self.start() if not self.active else self
@@ -199,7 +217,7 @@ class Session:
                 if cycle > 0 and paused:
                     ctl.note_cycle(cycle)
                 ctl.update(est)
-                self.duty_log.append((off_at, duty, est.fraction_on, est.on_s, est.cost_s, cycle, period))
+                self.duty_log.append((off_at, duty, est.fraction_on, est.on_s, est.cost_s, cycle, period, est.records))
             now = time.time()
             if now >= next_rotate:
                 self._close_windows(now)
