@@ -10,7 +10,8 @@ Metric names (labels ``gpu``, ``uuid``, ``host``, and ``job`` where the node has
 without NVML: ``cudawatch_agent_up``, ``cudawatch_agent_nvml_available``,
 ``cudawatch_agent_samples_total``, ``cudawatch_agent_sample_errors_total``,
 ``cudawatch_agent_sample_seconds``, ``cudawatch_agent_last_sample_timestamp_seconds``,
-``cudawatch_agent_shards_written_total``, ``cudawatch_agent_last_shard_timestamp_seconds``; and
+``cudawatch_agent_shards_written_total``, ``cudawatch_agent_last_shard_timestamp_seconds``,
+``cudawatch_agent_nvml_errors_total{op}`` (failed GPM, XID-event and cleanup calls); and
 per collector process found in ``OUT/.status/``: ``cudawatch_collector_overhead_pct``,
 ``cudawatch_collector_budget_pct``, ``cudawatch_collector_sampling_duty``,
 ``cudawatch_collector_dropped_records``, ``cudawatch_collector_last_window_timestamp_seconds``, and the
@@ -98,6 +99,20 @@ class _CollectorStatus:
         yield bad
 
 
+class _NvmlErrors:
+    """``cudawatch_agent_nvml_errors_total{op}``: failed NVML calls outside the per-field reads
+    (collector.nvml_sampler counts them by operation)."""
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+
+    def collect(self):
+        c = CounterMetricFamily("cudawatch_agent_nvml_errors", "NVML calls that failed (GPM, XID events, cleanup), by operation.", labels=["op"])
+        for op, n in sorted(self.sampler.errors.items()):
+            c.add_metric([op], n)
+        yield c
+
+
 class Agent:
     """Samples GPUs, keeps Prometheus gauges current and writes ``device`` shards.
 
@@ -158,6 +173,8 @@ class Agent:
         self.nvml_ok.set(1 if self.sampler is not None else 0)
         if self.out is not None:
             r.register(_CollectorStatus(self.out))
+        if getattr(self.sampler, "errors", None) is not None:
+            r.register(_NvmlErrors(self.sampler))
         self.pm = None
         self.pm_error: str | None = None
         self.pm_device = pm_device

@@ -4,11 +4,14 @@ GPM (GPU Performance Monitoring, ``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``) r
 between two samples: SM activity, SM occupancy, tensor activity, DRAM bandwidth utilization and PCIe
 traffic. Where GPM is missing, ``sm_util_pct`` falls back to NVML's coarse "GPU busy" utilization
 and the other GPM columns stay null. Every field is read independently: a counter a GPU lacks
-leaves a null, never a failed sample.
+leaves a null, never a failed sample. Calls that fail for another reason than "not supported"
+(GPM setup, XID event registration and reads, cleanup) are counted in ``errors`` by operation; the
+agent exports them as ``cudawatch_agent_nvml_errors_total{op}``.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import socket
 from dataclasses import dataclass, field
@@ -58,6 +61,7 @@ class NvmlSampler:
     def __init__(self, host: str | None = None) -> None:
         nv.nvmlInit()
         self.host = host or socket.gethostname()
+        self.errors: collections.Counter[str] = collections.Counter()  # failed NVML calls by operation
         self.driver = _s(nv.nvmlSystemGetDriverVersion())
         self.gpus: list[Gpu] = []
         for i in range(nv.nvmlDeviceGetCount()):
@@ -68,8 +72,9 @@ class NvmlSampler:
                 if g.gpm:
                     g.gpm_prev, g.gpm_cur = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
                     nv.nvmlGpmSampleGet(h, g.gpm_prev)
-            except nv.NVMLError:
+            except nv.NVMLError as exc:
                 g.gpm = False
+                self._failed("gpm_setup", exc)
             self.gpus.append(g)
         self._events = None
         try:
@@ -77,10 +82,16 @@ class NvmlSampler:
             for g in self.gpus:
                 try:
                     nv.nvmlDeviceRegisterEvents(g.handle, nv.nvmlEventTypeXidCriticalError, self._events)
-                except nv.NVMLError:
-                    pass
-        except nv.NVMLError:
+                except nv.NVMLError as exc:
+                    self._failed("xid_register", exc)
+        except nv.NVMLError as exc:
             self._events = None
+            self._failed("xid_event_set", exc)
+
+    def _failed(self, op: str, exc: Exception) -> None:
+        """Count a failed NVML call; "not supported" is a GPU without the feature, not a failure."""
+        if not isinstance(exc, getattr(nv, "NVMLError_NotSupported", ())):
+            self.errors[op] += 1
 
     def sample(self) -> list[dict]:
         """One row per GPU in the ``device`` table's columns, plus ``ecc_*`` and ``xid_total`` extras."""
@@ -118,7 +129,8 @@ class NvmlSampler:
             for i, metric in enumerate(_GPM.values()):
                 req.metrics[i].metricId = metric
             nv.nvmlGpmMetricsGet(req)
-        except nv.NVMLError:
+        except nv.NVMLError as exc:
+            self._failed("gpm_sample", exc)
             return {}
         finally:
             g.gpm_prev, g.gpm_cur = g.gpm_cur, g.gpm_prev
@@ -139,14 +151,16 @@ class NvmlSampler:
         while True:
             try:
                 ev = nv.nvmlEventSetWait_v2(self._events, 0)
-            except nv.NVMLError:
+            except nv.NVMLError as exc:  # NVML_ERROR_TIMEOUT: no event waiting, the normal way out
+                if not isinstance(exc, getattr(nv, "NVMLError_Timeout", ())):
+                    self._failed("xid_read", exc)
                 return
             for g in self.gpus:
                 try:
                     if _s(nv.nvmlDeviceGetUUID(ev.device)) == g.uuid:
                         g.xid_events += 1
-                except nv.NVMLError:
-                    pass
+                except nv.NVMLError as exc:
+                    self._failed("xid_device", exc)
 
     def close(self) -> None:
         for g in self.gpus:
@@ -154,12 +168,12 @@ class NvmlSampler:
                 if s is not None:
                     try:
                         nv.nvmlGpmSampleFree(s)
-                    except nv.NVMLError:
-                        pass
+                    except nv.NVMLError as exc:
+                        self._failed("gpm_free", exc)
         try:
             nv.nvmlShutdown()
-        except nv.NVMLError:
-            pass
+        except nv.NVMLError as exc:
+            self._failed("shutdown", exc)
 
 
 def _try(fn):

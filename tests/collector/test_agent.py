@@ -175,3 +175,34 @@ def test_metric_names_match_a_real_h200_scrape():
                  "cuda_pcie_tx_bytes_per_second", "cuda_gpu_throttled", "cudawatch_agent_up"):
         assert re.search(rf"^{name}[{{ ]", text, re.M), name
     assert 0 <= _value(text, "cuda_sm_utilization") <= 1
+
+
+def test_failed_nvml_calls_are_counted_and_exported(tmp_path, monkeypatch):
+    """A GPU without GPM is not a failure; an XID registration NVML refuses is, and /metrics shows it."""
+    import pynvml as nv
+
+    from collector import nvml_sampler
+
+    def refuse(code):
+        def f(*a, **k):
+            raise nv.NVMLError(code)
+        return f
+
+    for name, fn in {"nvmlInit": lambda: None, "nvmlSystemGetDriverVersion": lambda: "580.0",
+                     "nvmlDeviceGetCount": lambda: 2, "nvmlDeviceGetHandleByIndex": lambda i: i,
+                     "nvmlDeviceGetUUID": lambda h: f"GPU-{h}", "nvmlDeviceGetName": lambda h: "NVIDIA H200",
+                     "nvmlGpmQueryDeviceSupport": refuse(nv.NVML_ERROR_NOT_SUPPORTED),
+                     "nvmlEventSetCreate": lambda: object(),
+                     "nvmlDeviceRegisterEvents": refuse(nv.NVML_ERROR_UNKNOWN),
+                     "nvmlEventSetWait_v2": refuse(nv.NVML_ERROR_TIMEOUT)}.items():
+        monkeypatch.setattr(nv, name, fn)
+    sampler = nvml_sampler.NvmlSampler("node-1")
+    assert dict(sampler.errors) == {"xid_register": 2}  # GPM "not supported" is not counted
+    sampler._drain_xid()  # a timeout is "no event waiting": not an error
+    assert dict(sampler.errors) == {"xid_register": 2}
+    agent = Agent(tmp_path, 1.0, sampler=sampler)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        assert _value(_scrape(port), "cudawatch_agent_nvml_errors_total", op="xid_register") == 2
+    finally:
+        agent.close()
