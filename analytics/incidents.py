@@ -19,6 +19,12 @@ Links are transitive (union-find). The incident's cause is the rule most members
 (ties: the higher summed confidence, then RULES order as the members' order); its severity is
 the highest member severity; its onset the earliest member onset; members are ordered by
 severity, then |magnitude| x share of GPU time.
+
+Identity: ``incident_id`` is the event id of a one-member incident (so an alert about a lone
+regression keeps the key it always had) and a hash of the sorted member event ids otherwise. An
+incident that gains members in a later hour would hash differently, so whoever remembers incidents
+(the alert outbox) passes the ids it knows to ``adopt_ids``, which gives a regrouped incident the
+id it was first alerted under.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
 
 from analytics.results import SEVERITIES, Regression
 
@@ -47,11 +53,21 @@ class Incident:
     onset: dt.datetime
     scope: str
     key: str
+    known_id: str | None = None  # the id it was first recorded under (adopt_ids)
 
     @property
     def incident_id(self) -> str:
+        if self.known_id:
+            return self.known_id
+        if len(self.members) == 1:
+            return self.members[0].event_id
         ids = sorted(r.event_id for r in self.members)
         return hashlib.sha1("|".join(ids).encode()).hexdigest()[:16]
+
+    @property
+    def top(self) -> Regression:
+        """The member that matters most (most severe, then the largest impact)."""
+        return self.members[0]
 
     @property
     def jobs(self) -> tuple[str, ...]:
@@ -60,7 +76,24 @@ class Incident:
     def to_json(self) -> dict:
         return {"incident_id": self.incident_id, "cause": self.cause, "severity": self.severity,
                 "onset": self.onset.isoformat(), "scope": self.scope, "key": self.key, "jobs": list(self.jobs),
-                "members": [r.to_json() for r in self.members]}
+                "member_count": len(self.members), "members": [r.to_json() for r in self.members]}
+
+
+def adopt_ids(incidents: Iterable[Incident], known: Mapping[str, str]) -> list[Incident]:
+    """``incidents`` with the ids recorded for their members: ``known`` maps event id -> incident id
+    (e.g. from the alert outbox). An incident whose members carry ids takes the smallest of them
+    (two recorded incidents that a later hour links stay under one, stable, id); the others keep
+    their own."""
+    out = []
+    for inc in incidents:
+        ids = sorted({known[r.event_id] for r in inc.members if known.get(r.event_id)})
+        out.append(replace(inc, known_id=ids[0]) if ids else inc)
+    return out
+
+
+def incident_of(incidents: Iterable[Incident]) -> dict[str, Incident]:
+    """event id -> its incident."""
+    return {r.event_id: inc for inc in incidents for r in inc.members}
 
 
 def _gpu_of(r: Regression) -> str | None:

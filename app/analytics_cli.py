@@ -110,15 +110,17 @@ def analyze(
         except LockTimeout as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3)
-    regressions = report_order(done.regressions, done.as_of)
+    incidents = report_incidents(done.regressions, done.as_of)
+    regressions = [r for inc in incidents for r in inc.members]
+    raw = analyze_json(incidents)["regressions"]
     if fmt == "json":
-        typer.echo(json.dumps([r.to_json() for r in regressions], indent=2))
+        typer.echo(json.dumps(analyze_json(incidents), indent=2))
         return
     if done.as_of is not None and fmt == "table":
         err.print(f"analysed {len(done.hours)} hours up to {done.as_of:%Y-%m-%d %H:00}" +
                   ("" if done.hours else " (all analysed before)"))
-    tables.print_rows(REGRESSION_COLUMNS, [regression_row(r) for r in regressions], fmt,
-                      title=f"{len(regressions)} regressions", raw=[r.to_json() for r in regressions])
+    tables.print_rows(REGRESSION_COLUMNS, incident_rows(incidents), fmt, raw=raw,
+                      title=f"{len(regressions)} regressions in {len(incidents)} incident{'s' if len(incidents) != 1 else ''}")
     if not regressions and fmt == "table":
         with _reader(db) as con:
             why = why_no_regressions(con)
@@ -130,9 +132,14 @@ def analyze(
 from app.tables import Col  # noqa: E402
 
 REGRESSION_COLUMNS = (
-    Col("severity", "severity", "time"), Col("job", "job", "name", max_width=14), Col("what", "what changed", "name", "kernel_id", prefix="metric"),
+    Col("incident", "incident", "time", optional=True), Col("severity", "severity", "time"), Col("job", "job", "name", max_width=14), Col("what", "what changed", "name", "kernel_id", prefix="metric"),
     Col("change", "change", "num"), Col("since", "since (UTC)", "time"), Col("cause", "top cause", "name", max_width=12, optional=True),
 )
+
+
+def incident_rows(incidents) -> list[dict]:
+    """The terminal rows of incidents' members, in order, each with its incident (``#1 (12)``)."""
+    return [{**regression_row(r), "incident": incident_cell(n, inc)} for n, inc in enumerate(incidents, 1) for r in inc.members]
 
 
 def regression_row(r) -> dict:
@@ -150,16 +157,7 @@ def regression_row(r) -> dict:
             "change": r.size.change, "since": f"{r.onset:%m-%d %H:00}", "cause": top.rule.replace("_", " ") if top else "-"}
 
 
-def report_order(regressions, as_of):
-    """The regressions in the daily report's order for the day of ``as_of`` (reports.render.classify)."""
-    if not regressions or as_of is None:
-        return list(regressions)
-    from analytics.store.report import day_window
-    from reports.render import classify
-
-    start, end = day_window(as_of.date())
-    ordered = [r for _, r in classify(regressions, start, end)]
-    return ordered + [r for r in regressions if r not in ordered]
+from app.incident_list import ANALYZE_SCHEMA, analyze_json, incident_cell, report_incidents, report_order  # noqa: E402,F401
 
 
 def why_no_regressions(con) -> str | None:

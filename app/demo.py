@@ -6,6 +6,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudawatch.text import terminal
+
 DEMO_GPUS = 16
 DEMO_HOURS = 48
 DEMO_SEED = 7
@@ -20,6 +22,7 @@ class DemoResult:
     ground_truth: Path
     ingest_summary: str
     regressions: list = field(default_factory=list)
+    incidents: list = field(default_factory=list)  # analytics.incidents.Incident, the report's order
 
     def summary(self) -> str:
         """Paths and counts (the regressions themselves: ``regression_table``)."""
@@ -29,12 +32,19 @@ class DemoResult:
             f"report:       {self.report}",
             f"ground truth: {self.ground_truth}",
             f"ingest:       {self.ingest_summary}",
-            f"regressions:  {len(self.regressions)}",
+            f"regressions:  {len(self.regressions)} in {len(self.incidents)} incidents",
         ]
-        for r in self.regressions:  # one line each, in the report's order
-            causes = ", ".join(f.rule for f in r.causes) or "-"
-            lines.append(f"  [{r.severity}] {r.job} · {r.metric.label} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
-        return "\n".join(lines)
+        for n, inc in enumerate(self.incidents, 1):  # incidents in the report's order, members inside
+            indent = "  "
+            if len(inc.members) > 1:
+                cause = inc.cause.replace("_", " ") if inc.cause else "no common cause"
+                lines.append(f"  incident {n} [{inc.severity}] {cause}: {len(inc.members)} regressions, {inc.scope} {inc.key}, "
+                             f"since {inc.onset:%Y-%m-%d %H:00}")
+                indent = "    "
+            for r in inc.members:
+                causes = ", ".join(f.rule for f in r.causes) or "-"
+                lines.append(f"{indent}[{r.severity}] {r.job} · {r.metric.label} {r.change_label} since {r.onset:%Y-%m-%d %H:00} ({causes})")
+        return "\n".join(terminal(line) for line in lines)
 
     def hints(self) -> list[str]:
         """What to run next, with a command path that works from this shell."""
@@ -100,6 +110,8 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
         done = catch_up(store, progress=lambda total, hour: step("analyse", 0, total) if hour is None else step("analyse", 1, total))
     step("report", 0, 1)
     render.write_report(store, report, None)
-    from app.analytics_cli import report_order
+    from app.incident_list import report_incidents
 
-    return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(), report_order(done.regressions, done.as_of))
+    incidents = report_incidents(done.regressions, done.as_of)
+    return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(),
+                      [r for inc in incidents for r in inc.members], incidents)

@@ -57,7 +57,7 @@ def demo(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from app.analytics_cli import REGRESSION_COLUMNS, regression_row
+    from app.analytics_cli import REGRESSION_COLUMNS, incident_rows
     from app.demo import run_demo
     from app.tables import print_rows
     from cudawatch import inputs
@@ -82,8 +82,8 @@ def demo(
         for t in tasks.values():
             bar.update(t, completed=bar.tasks[t].total or 1, total=bar.tasks[t].total or 1)
     typer.echo("\n".join(result.summary().splitlines()[:6]))
-    print_rows(REGRESSION_COLUMNS, [regression_row(r) for r in result.regressions], "table",
-               title=f"{len(result.regressions)} regressions (the report's order)")
+    print_rows(REGRESSION_COLUMNS, incident_rows(result.incidents), "table",
+               title=f"{len(result.regressions)} regressions in {len(result.incidents)} incidents (the report's order)")
     typer.echo("next:")
     for hint in result.hints():
         typer.echo(f"  {hint}")

@@ -68,11 +68,12 @@ def main() -> None:
 
     rec = receiver.start()
     base = fleet.regressions()[0]
-    regs = [dataclasses.replace(base, onset=base.onset + dt.timedelta(hours=i)) for i in range(args.alerts)]
+    # onsets 3 h apart: each its own incident (group_incidents links onsets <= 2 h apart), one POST each
+    regs = [dataclasses.replace(base, onset=base.onset + dt.timedelta(hours=3 * i)) for i in range(args.alerts)]
     alert_db = duckdb.connect(str(work / "alerts.duckdb"))
     cfg = AlertConfig(slack_webhook_url=rec.url + "/slack", webhook_url=rec.url + "/webhook")
     t = time.perf_counter()
-    # one event per run on Slack would be ungrouped; this measures the webhook path (one POST per event)
+    # this measures the webhook path (one POST per incident)
     res = send_new_alerts(alert_db, dataclasses.replace(cfg, slack_webhook_url=None), regressions=regs, policy=RetryPolicy())
     t_alerts = time.perf_counter() - t
     print(f"alerts: {res.sent} webhook alerts in {t_alerts:.2f} s = {res.sent / t_alerts:.0f}/s "

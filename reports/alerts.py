@@ -1,29 +1,36 @@
-"""Send what is new: regression events -> outbox -> Slack and the generic webhook.
+"""Send what is new: regression events -> incidents -> outbox -> Slack and the generic webhook.
 
-``send_new_alerts`` (what ``cudawatch alert`` and the hourly DAG call) queues every open
-regression event that a configured channel has not carried yet, then delivers every due outbox
-row with retries (reports.http). See analytics.store.outbox for the delivery guarantees.
+``send_new_alerts`` (what ``cudawatch alert`` and the hourly DAG call) groups the open regression
+events into incidents (analytics.incidents) and queues one message per incident and channel
+that the channel has not carried yet, then delivers every due outbox row with retries
+(reports.http). See analytics.store.outbox for the delivery guarantees.
+
+An incident keeps the id it was first alerted under (the outbox remembers which incident carried
+each event; ``incidents.adopt_ids``). When a later hour adds members to an alerted incident:
+
+* nothing is sent while the new members are no more severe than what the channel announced;
+* one "escalated" message (id ``<incident id>-<severity>``, so at most one per severity level)
+  when they raise the incident's severity above it.
+
+Events the channel carried keep their incident for grouping after they resolve, so a late member
+of a resolved incident joins it instead of alerting as new.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from analytics.results import Regression
+from analytics.incidents import Incident, adopt_ids, group_incidents
+from analytics.results import SEVERITIES, Regression
 from analytics.store.regressions import OPEN, load_regressions
 from cudawatch.config import AlertConfig
 from analytics.store import outbox
 from reports import slack, webhook
 from reports.http import HttpClient, RetryPolicy, UrllibClient, post_with_retry
 
-#: more new events than this in one run go to Slack as one grouped message
-GROUP_THRESHOLD = 3
-#: a grouped Slack message carries at most this many events
-GROUP_MAX = 20
 #: how long an attempt in flight keeps its row from being retried (crash recovery delay)
 LEASE = dt.timedelta(minutes=5)
 
@@ -49,23 +56,60 @@ def open_regressions(con) -> list[Regression]:
     return list(load_regressions(con, statuses=OPEN))
 
 
+def _carried_regressions(con, carried_ids: set[str], present: set[str], earliest: dt.datetime | None) -> list[Regression]:
+    """Events a channel carried that are not open any more (resolved, went away), with onsets
+    from a day before ``earliest``: grouping context, so a late member joins its old incident."""
+    missing = carried_ids - present
+    if not missing or earliest is None:
+        return []
+    since = earliest - dt.timedelta(days=1)
+    return [r for r in load_regressions(con) if r.event_id in missing and r.onset >= since]
+
+
+def _rank(severity: str | None) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def plan_messages(regressions: Sequence[Regression], channel: str, carried: dict[str, tuple[str | None, str | None]],
+                  context: Sequence[Regression] = ()) -> list[tuple[Incident, str, str, list[str]]]:
+    """What to send on one channel: ``(incident, message id, update, new event ids)`` for every
+    incident with open members the channel has not carried (see the module docstring).
+
+    regressions: the open events; carried: ``outbox.carried(con, channel)``; context: carried
+    events that are no longer open (they group, they are never announced)."""
+    open_ids = {r.event_id for r in regressions}
+    known = {eid: iid or eid for eid, (iid, _) in carried.items()}
+    out = []
+    for inc in adopt_ids(group_incidents([*regressions, *context]), known):
+        new = [r for r in inc.members if r.event_id in open_ids and r.event_id not in carried]
+        if not new:
+            continue
+        told = [carried[r.event_id] for r in inc.members if r.event_id in carried]
+        if not told:
+            out.append((inc, inc.incident_id, "new", [r.event_id for r in inc.members if r.event_id in open_ids]))
+            continue
+        announced = max(_rank(sev) for _, sev in told)
+        worst = max(new, key=lambda r: _rank(r.severity)).severity
+        if _rank(worst) > announced:  # an escalation; less severe newcomers are absorbed silently
+            out.append((inc, f"{inc.incident_id}-{worst}", "escalated", [r.event_id for r in new]))
+    return out
+
+
 def _messages(regressions: Sequence[Regression], config: AlertConfig, report_url: str | None, con, now: dt.datetime):
     out = []
-    if config.slack_webhook_url:
-        done = outbox.queued_event_ids(con, "slack")
-        new = [r for r in regressions if r.event_id not in done]
-        if len(new) > GROUP_THRESHOLD:
-            for i in range(0, len(new), GROUP_MAX):
-                chunk = new[i:i + GROUP_MAX]
-                ids = sorted(r.event_id for r in chunk)
-                mid = "group-" + hashlib.sha1("|".join(ids).encode()).hexdigest()[:16]
-                out.append((mid, "slack", ids, slack.build_blocks(chunk, report_url)))
-        else:
-            out += [(r.event_id, "slack", [r.event_id], slack.build_blocks([r], report_url)) for r in new]
-    if config.webhook_url:
-        done = outbox.queued_event_ids(con, "webhook")
-        out += [(r.event_id, "webhook", [r.event_id], webhook.build_payload(r, report_url, now))
-                for r in regressions if r.event_id not in done]
+    channels = [c for c, url in (("slack", config.slack_webhook_url), ("webhook", config.webhook_url)) if url]
+    present = {r.event_id for r in regressions}
+    earliest = min((r.onset for r in regressions), default=None)
+    for channel in channels:
+        carried = outbox.carried(con, channel)
+        context = _carried_regressions(con, set(carried), present, earliest)
+        for inc, mid, update, new_ids in plan_messages(regressions, channel, carried, context):
+            if channel == "slack":
+                body = slack.build_incident(inc, report_url, update=update, new_event_ids=new_ids)
+            else:
+                body = webhook.build_payload(inc, report_url, now, message_id=mid, update=update, new_event_ids=new_ids)
+            severity = max((r.severity for r in inc.members if r.event_id in present), key=_rank)
+            out.append((mid, channel, new_ids, body, inc.incident_id, severity))
     return out
 
 
@@ -123,7 +167,8 @@ def send_new_alerts(
     now: Callable[[], dt.datetime] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> AlertResult:
-    """Queue the open regression events no channel has carried yet, then deliver all due alerts.
+    """Queue one message per incident of the open regression events that a channel has not
+    carried yet (or an escalation, see the module docstring), then deliver all due alerts.
 
     con: a writable warehouse connection (the outbox lives in it); config: channel URLs
     (``AlertConfig.from_env()``); report_url: the report link (default ``config.report_url``);
@@ -140,4 +185,4 @@ def send_new_alerts(
     return deliver_pending(con, config, http=http, policy=policy, now=clock, sleep=sleep, result=result)
 
 
-__all__ = ["AlertResult", "GROUP_THRESHOLD", "deliver_pending", "send_new_alerts"]
+__all__ = ["AlertResult", "deliver_pending", "plan_messages", "send_new_alerts"]

@@ -21,6 +21,7 @@ from analytics.results import SEVERITIES, Finding, Regression
 from analytics.store import chart_series
 from analytics.store import report as data
 from reports import charts, jinja
+from reports.incident_view import ReportIncident, incident_order
 from reports.email import cid_of
 from reports.escape import header, truncate_middle
 from cudawatch.config import max_overhead_pct
@@ -181,10 +182,16 @@ def build_report(
     images["utilisation"] = charts.utilisation_heatmap(grid.gpus, grid.hours, grid.values)
 
     items = []
+    incidents = []
     chart_end = min(end, last + dt.timedelta(hours=1)) if last else end
-    for n, (status, r) in enumerate(classify(regressions, start, end)):
+    ordered = []
+    for number, (inc, inc_status, members) in enumerate(incident_order(classify(regressions, start, end)), 1):
+        incidents.append(ReportIncident(inc, inc_status, number=number))
+        ordered += [(incidents[-1], st, r) for st, r in members]
+    for n, (rinc, status, r) in enumerate(ordered):
         unit, scale = charts.unit_of(r.series)
         item = ReportItem(r=r, status=status, unit=unit, scale=scale, href=detail_href(r) if detail_href else None)
+        rinc.items.append(item)
         if n < max_charts:
             onset = r.onset if r.onset.tzinfo else r.onset.replace(tzinfo=dt.timezone.utc)
             points = chart_series.regression_series(con, r, onset - dt.timedelta(hours=CHART_HISTORY_H), chart_end)
@@ -204,19 +211,22 @@ def build_report(
     ctx = dict(
         day=day, start=start, end=end, first=first, last=last, generated=dt.datetime.now(dt.timezone.utc),
         summary=summary, kernels=kernels, jobs=data.job_table(con, start, end), items=items, counts=counts,
-        totals=totals, gpus=data.gpu_health(con, start, end),
+        totals=totals, incidents=incidents, gpus=data.gpu_health(con, start, end),
         collector=data.collector_health(con, start, end, budget_pct), budget_pct=budget_pct, gaps=gaps, img=img, report_url=report_url, grid=grid,
         gpu_labels=_gpu_labels(con),
     )
     worst = next((s for s in SEVERITIES[::-1] if any(counts[s][st] for st in ("new", "ongoing"))), None)
+    open_incidents = sum(1 for x in incidents if x.status != "resolved")
     subject = header(
         f"cudawatch {day:%Y-%m-%d}: {totals['new']} new, {totals['ongoing']} ongoing regressions"
+        + (f" in {open_incidents} incident{'s' if open_incidents != 1 else ''}" if open_incidents and open_incidents < totals["new"] + totals["ongoing"] else "")
         + (f" (worst: {worst})" if worst else "")
     )
     html = jinja.env().get_template("report.html").render(subject=subject, **ctx)
     # The e-mail: the same content with cid: images and links into the archive (report_url).
-    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}",
-                "items": [dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items]}
+    mail_items = {id(i): dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items}
+    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}", "items": [mail_items[id(i)] for i in items],
+                "incidents": [dataclasses.replace(x, items=[mail_items[id(i)] for i in x.items]) for x in incidents]}
     mail_html = jinja.env().get_template("report.html").render(subject=subject, **mail_ctx)
     text = jinja.env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
     details = {}
@@ -314,6 +324,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 __all__ = [
-    "RenderedReport", "ReportError", "build_report", "classify", "render_detail", "render_report",
+    "RenderedReport", "ReportError", "ReportIncident", "build_report", "classify", "incident_order", "render_detail", "render_report",
     "render_report_text", "write_report", "build_archived_report", "write_rendered",
 ]

@@ -1,5 +1,6 @@
-"""Slack incoming-webhook messages in Block Kit: one message per regression event, or one grouped
-message when many arrive at once.
+"""Slack incoming-webhook messages in Block Kit: one message per incident (``build_incident``):
+a one-member incident reads as the regression itself, a larger one names its cause, severity and
+place and lists its members worst first. ``build_blocks`` keeps the per-event and grouped forms.
 
 Only the payload is built here (``build_blocks``); sending is reports.alerts (urllib, with
 retries and the outbox) or, in a DAG, the Airflow Slack provider's webhook hook with the same
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from analytics.incidents import Incident
 from analytics.results import Regression
 from cudawatch.text import shorten_name
 from reports.escape import single_line, slack, slack_code
@@ -58,7 +60,7 @@ def _link_block(report_url: str | None) -> list[dict[str, Any]]:
         {"type": "button", "text": {"type": "plain_text", "text": "Open report"}, "url": report_url[:3000], "action_id": "open_report"}]}]
 
 
-def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
+def _single(r: Regression, report_url: str | None, context: str | None = None) -> dict[str, Any]:
     title = f"{r.severity.upper()} regression: {r.metric.name} {magnitude(r)}"
     fields = [
         f"*Severity*\n{SEVERITY_ICON.get(r.severity, '')} {slack(r.severity)}",
@@ -73,9 +75,58 @@ def _single(r: Regression, report_url: str | None) -> dict[str, Any]:
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{'Kernel' if r.kernel else 'What'}*: {_subject(r)}"}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(r)}"[:3000]}},
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"event `{r.event_id}` · cudawatch"}]},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": context or f"event `{r.event_id}` · cudawatch"}]},
     ]
     text = f"{r.severity.upper()} regression in job {slack(r.job, 100)}: {r.metric.name} {magnitude(r)} since {r.onset:%Y-%m-%d %H:00} UTC"
+    return {"text": text, "blocks": blocks + _link_block(report_url)}
+
+
+def _member_line(r: Regression) -> str:
+    return (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.metric.name} *{magnitude(r)}* · job {slack(r.job, 80)}"
+            f" · {_subject(r)} · since {r.onset:%m-%d %H:00} UTC")
+
+
+def _place(inc: Incident) -> str:
+    if inc.scope == "gpu":
+        label = next((r.gpu_label for r in inc.members if r.gpu_uuid == inc.key and r.gpu_label), None) or inc.key
+        return "GPU " + slack_code(label, 80)
+    return "job " + slack_code(inc.key, 120)
+
+
+def build_incident(inc: Incident, report_url: str | None = None, *, update: str = "new",
+                   new_event_ids: Sequence[str] | None = None) -> dict[str, Any]:
+    """The incoming-webhook body for one incident (``update`` "new" or "escalated").
+
+    One member: the single-regression message, with the incident id in its context line. More:
+    a header with severity, cause and member count (no untrusted text), the place, jobs, onset and
+    the top member's cause in words, then the members worst first (at most GROUP_LIST_MAX, the
+    rest counted); an escalation marks the members that raised the severity."""
+    ctx = f"incident `{inc.incident_id}` · event `{inc.top.event_id}` · cudawatch"
+    if len(inc.members) == 1:
+        msg = _single(inc.top, report_url, ctx)
+        if update == "escalated":
+            msg["blocks"][0]["text"]["text"] = single_line(f"Escalated: {msg['blocks'][0]['text']['text']}")[:150]
+        return msg
+    n = len(inc.members)
+    cause = inc.cause.replace("_", " ") if inc.cause else "no common cause"
+    prefix = f"Escalated to {inc.severity.upper()}: " if update == "escalated" else f"{inc.severity.upper()} "
+    title = f"{prefix}incident: {cause} · {n} regressions"
+    jobs = ", ".join(slack(j, 80) for j in inc.jobs[:5]) + (f" and {len(inc.jobs) - 5} more" if len(inc.jobs) > 5 else "")
+    fresh = set(new_event_ids or ())
+    fields = [f"*Severity*\n{SEVERITY_ICON.get(inc.severity, '')} {slack(inc.severity)}", f"*Where*\n{_place(inc)}",
+              f"*Jobs*\n{jobs or '–'}", f"*Onset*\n{inc.onset:%Y-%m-%d %H:%M} UTC"]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": single_line(title)[:150], "emoji": True}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top cause*: {_cause_line(inc.top)}"[:3000]}},
+    ]
+    for r in inc.members[:GROUP_LIST_MAX]:
+        mark = " · *new*" if update == "escalated" and r.event_id in fresh else ""
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": (_member_line(r) + mark)[:3000]}})
+    if n > GROUP_LIST_MAX:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"…and {n - GROUP_LIST_MAX} more in the report"}]})
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": ctx}]})
+    text = f"{inc.severity.upper()} cudawatch incident ({slack(cause, 80)}): {n} regressions in {jobs or 'the fleet'} since {inc.onset:%Y-%m-%d %H:00} UTC"
     return {"text": text, "blocks": blocks + _link_block(report_url)}
 
 
@@ -86,8 +137,7 @@ def _group(regressions: Sequence[Regression], report_url: str | None) -> dict[st
         {"type": "header", "text": {"type": "plain_text", "text": f"{n} new regressions (worst: {worst})", "emoji": True}},
     ]
     for r in regressions[:GROUP_LIST_MAX]:
-        line = (f"{SEVERITY_ICON.get(r.severity, '')} *{slack(r.severity)}* {r.metric.name} *{magnitude(r)}* · job {slack(r.job, 80)}"
-                f" · {_subject(r)} · since {r.onset:%m-%d %H:00} UTC\n{_cause_line(r)}")
+        line = f"{_member_line(r)}\n{_cause_line(r)}"
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": line[:3000]}})
     if n > GROUP_LIST_MAX:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"…and {n - GROUP_LIST_MAX} more in the report"}]})

@@ -136,7 +136,7 @@ def test_analyze_and_diff_tables_fit_80_columns(tmp_path):
     middle (never the time), and csv/json carry every value whole."""
     db = _warehouse(tmp_path, 8, 30)
     wide = runner.invoke(app, ["analyze", "--db", str(db), "--format", "json"])
-    events = json.loads(wide.output)
+    events = json.loads(wide.output)["regressions"]
     assert events, "the simulated fleet has injected regressions"
     out = runner.invoke(app, ["analyze", "--db", str(db)], env={"COLUMNS": "80"}, terminal_width=80)
     assert out.exit_code == 0, out.output

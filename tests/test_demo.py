@@ -128,7 +128,7 @@ def test_every_view_shows_the_regressions_one_size(demo):
         text = build_archived_report(con, _report_day(con), demo.report).text
     analyzed = CliRunner().invoke(app, ["analyze", "--db", str(demo.db), "--format", "json"])
     assert analyzed.exit_code == 0, analyzed.output
-    as_json = {e["event_id"]: e for e in json.loads(analyzed.output)}
+    as_json = {e["event_id"]: e for e in json.loads(analyzed.output)["regressions"]}
     assert demo.regressions
     for r in demo.regressions:
         size = r.size

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 DDL = """
 CREATE TABLE IF NOT EXISTS alert_outbox (
-    event_id VARCHAR NOT NULL,          -- the regression event id, or group-<hash> for a grouped Slack message
+    event_id VARCHAR NOT NULL,          -- the message id: the incident id, or <incident id>-<severity> for an escalation
     channel VARCHAR NOT NULL,           -- slack | webhook
     event_ids VARCHAR[] NOT NULL,       -- the regression events this message carries
     payload VARCHAR NOT NULL,           -- the JSON body, fixed when queued
@@ -33,9 +33,14 @@ CREATE TABLE IF NOT EXISTS alert_outbox (
     last_error VARCHAR,
     created_at TIMESTAMPTZ NOT NULL,
     sent_at TIMESTAMPTZ,
+    incident_id VARCHAR,                -- the incident the message is about (NULL: a v1 per-event row)
+    severity VARCHAR,                   -- the incident's severity the message announced
     PRIMARY KEY (event_id, channel)
 )
 """
+
+#: Columns added after v1 (warehouses created before keep their table; ensure_outbox adds them).
+_ADDED = (("incident_id", "VARCHAR"), ("severity", "VARCHAR"))
 
 STATES = ("pending", "sent", "failed")
 
@@ -63,25 +68,41 @@ _COLUMNS = "event_id, channel, event_ids, payload, state, attempts, next_attempt
 
 def ensure_outbox(con) -> None:
     con.execute(DDL)
+    for name, kind in _ADDED:
+        con.execute(f"ALTER TABLE alert_outbox ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
 def queued_event_ids(con, channel: str) -> set[str]:
     """Regression events already in the outbox for ``channel`` (in any state)."""
-    return {r[0] for r in con.execute(
-        "SELECT DISTINCT unnest(event_ids) FROM alert_outbox WHERE channel = ?", [channel]).fetchall()}
+    return set(carried(con, channel))
 
 
-def enqueue(con, messages: Iterable[tuple[str, str, list[str], dict[str, Any]]], now: dt.datetime) -> int:
-    """Queue messages ``(message_id, channel, event_ids, body)`` in one transaction; a message id
-    already queued for the channel is ignored. Returns how many rows were added."""
-    rows = [(mid, ch, list(eids), json.dumps(body, ensure_ascii=False, sort_keys=True), now, now) for mid, ch, eids, body in messages]
+def carried(con, channel: str) -> dict[str, tuple[str | None, str | None]]:
+    """Regression events already in the outbox for ``channel`` (any state) -> (incident id,
+    severity announced) of the message that carried them; (None, None) for v1 per-event rows."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for eid, iid, sev in con.execute(
+            "SELECT unnest(event_ids), incident_id, severity FROM alert_outbox WHERE channel = ? ORDER BY created_at, event_id",
+            [channel]).fetchall():
+        out.setdefault(eid, (iid, sev))
+    return out
+
+
+def enqueue(con, messages: Iterable[tuple], now: dt.datetime) -> int:
+    """Queue messages ``(message_id, channel, event_ids, body[, incident_id, severity])`` in one
+    transaction; a message id already queued for the channel is ignored. Returns how many rows were added."""
+    rows = []
+    for mid, ch, eids, body, *rest in messages:
+        iid, sev = (list(rest) + [None, None])[:2]
+        rows.append((mid, ch, list(eids), json.dumps(body, ensure_ascii=False, sort_keys=True), now, now, iid, sev))
     if not rows:
         return 0
     before = con.execute("SELECT count(*) FROM alert_outbox").fetchone()[0]
     con.execute("BEGIN TRANSACTION")
     try:
         con.executemany(
-            "INSERT OR IGNORE INTO alert_outbox (event_id, channel, event_ids, payload, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO alert_outbox (event_id, channel, event_ids, payload, next_attempt_at, created_at, incident_id, severity) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         con.execute("COMMIT")

@@ -218,6 +218,6 @@ def test_cli_analyze_json_fills_causes_on_a_simulated_fleet(tmp_path):
     assert out.exit_code == 0, out.output
     truth = json.loads((tmp_path / "shards" / "ground_truth.json").read_text())
     truth = truth.get("regressions", truth) if isinstance(truth, dict) else truth
-    hits = [r for r in json.loads(out.output) if r["kernel_id"] == truth[0]["kernel_id"]]
+    hits = [r for r in json.loads(out.output)["regressions"] if r["kernel_id"] == truth[0]["kernel_id"]]
     assert hits and hits[0]["causes"][0] == "kernel_slower"
-    assert all(set(r["causes"]) <= set(rules.RULES) for r in json.loads(out.output))
+    assert all(set(r["causes"]) <= set(rules.RULES) for r in json.loads(out.output)["regressions"])

@@ -65,3 +65,30 @@ def test_incident_id_is_stable_and_json_lists_members():
     js = a.to_json()
     assert js["cause"] == "contention" and len(js["members"]) == 3 and js["jobs"] == ["train"]
     assert group_incidents([]) == []
+
+
+def test_a_lone_regression_keeps_its_event_id_and_adopted_ids_survive_growth():
+    from analytics.incidents import adopt_ids
+
+    lone = reg(kernel="solo", cause="kernel_slower")
+    [inc] = group_incidents([lone])
+    assert inc.incident_id == lone.event_id and inc.top is lone
+    first = [reg(kernel=f"k{i}", cause="contention") for i in range(3)]
+    [a] = group_incidents(first)
+    grown = first + [reg(kernel="k9", cause="contention", onset=T + H)]
+    [b] = group_incidents(grown)
+    assert b.incident_id != a.incident_id  # membership changed the hash...
+    [c] = adopt_ids([b], {r.event_id: a.incident_id for r in first})
+    assert c.incident_id == a.incident_id and c.to_json()["incident_id"] == a.incident_id  # ...the recorded id stays
+    # two recorded incidents linked by a later member: the smaller id wins, deterministically
+    [d] = adopt_ids([b], {first[0].event_id: "bbbb", first[1].event_id: "aaaa"})
+    assert d.incident_id == "aaaa"
+
+
+def test_a_long_chain_of_onsets_links_step_by_step():
+    """Links are between neighbours within onset_hours, so a contention that spreads over 3 h
+    stays one incident, while a gap of more than onset_hours splits it."""
+    spread = [reg(kernel=f"k{i}", cause="contention", onset=T + i * H) for i in range(4)]
+    assert len(group_incidents(spread)) == 1
+    gap = [reg(kernel="a", cause="contention"), reg(kernel="b", cause="contention", onset=T + 3 * H)]
+    assert len(group_incidents(gap)) == 2

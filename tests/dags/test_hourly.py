@@ -98,15 +98,15 @@ def test_backfill_three_hours_then_rerun_changes_nothing(dagbag, fleet, env, web
 
     # The injected slowdown was detected and alerted once, with its kernel and job.
     truth = fleet["truth"]
-    ids = [m["body"]["event_id"] for m in webhook]
+    ids = [e for m in webhook for e in m["body"]["incident"]["new_event_ids"]]
     assert len(ids) == len(set(ids)), "an event was alerted twice"
-    hits = [m["body"] for m in webhook if m["body"]["regression"]["kernel_id"] == truth["kernel_id"]]
+    hits = [x for m in webhook for x in m["body"]["incident"]["members"] if x["kernel_id"] == truth["kernel_id"]]
     assert len(hits) == 1, [m["body"]["regression"]["kernel"] for m in webhook]
-    reg = hits[0]["regression"]
+    reg = hits[0]
     assert reg["job"] == truth["job"]
     assert reg["onset"].startswith((START + ONSET * HOUR).strftime("%Y-%m-%dT%H"))
     assert reg["magnitude_pct"] > 15
-    assert all(m["headers"].get("Idempotency-Key") == m["body"]["event_id"] for m in webhook)
+    assert all(m["headers"].get("Idempotency-Key") == m["body"]["idempotency_key"] for m in webhook)
 
     assert after["baselines"][0] > 0 and after["alert_outbox"]
     # Re-running the middle hour changes nothing: rows, ledger, baselines, regressions, findings,

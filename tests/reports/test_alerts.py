@@ -53,8 +53,11 @@ def test_each_new_event_goes_out_once_per_channel(con, receiver, fleet_regressio
     keys = sorted(r.headers["idempotency-key"] for r in receiver.on("/webhook"))
     assert keys == sorted(r.event_id for r in fleet_regressions)
     body = receiver.on("/webhook")[0].json
-    assert body["schema"] == "cudawatch.alert.v1" and body["idempotency_key"] == receiver.on("/webhook")[0].headers["idempotency-key"]
+    assert body["schema"] == "cudawatch.alert.v2" and body["idempotency_key"] == receiver.on("/webhook")[0].headers["idempotency-key"]
     assert body["report_url"] == "https://reports.example/2026-11-02"
+    # v1's fields keep their meaning (the incident's top member); the incident comes with them
+    assert body["event_id"] == body["regression"]["event_id"] == body["incident"]["incident_id"]
+    assert body["incident"]["member_count"] == 1 and body["incident"]["update"] == "new"
     # a second run (next hour) finds nothing new and sends nothing
     again = send_new_alerts(con, _config(receiver), regressions=fleet_regressions, policy=FAST, now=Clock(T0 + dt.timedelta(hours=1)))
     assert (again.queued, again.sent) == (0, 0)
@@ -62,16 +65,82 @@ def test_each_new_event_goes_out_once_per_channel(con, receiver, fleet_regressio
     assert {r.state for r in outbox.rows(con)} == {"sent"} and sleeps == []
 
 
-def test_many_events_at_once_are_grouped_in_slack(con, receiver, fleet_regressions):
-    more = fleet_regressions + [dataclasses.replace(fleet_regressions[0], onset=fleet_regressions[0].onset + dt.timedelta(hours=h)) for h in (1, 2)]
-    res = send_new_alerts(con, _config(receiver, hook=False), regressions=more, policy=FAST, now=Clock())
-    assert res.sent == 1
+def _contention(n: int, hour: int = 0, severity: str = "low", first: int = 0):
+    """``n`` kernels of one job slowed by contention, onsets within 2 h (one incident)."""
+    from analytics.results import Finding, Regression
+
+    onset = fleet.START + dt.timedelta(hours=20 + hour)
+    return [Regression(job="serve", kernel=f"kernel_{i}<{fleet.EVIL}>", kernel_id=f"k{i:04d}", gpu_uuid=None, series="kernel_mean_ns",
+                       onset=onset + dt.timedelta(hours=i % 2), before=100.0, after=120.0, magnitude_pct=20.0, p_value=1e-9,
+                       severity=severity, share_gpu_time=0.02, status="new",
+                       causes=(Finding("contention", 0.8, {"other_jobs_before": 0, "other_jobs_after": 1,
+                                                           "other_busy_share_before": 0.0, "other_busy_share_after": 0.2}),))
+            for i in range(first, first + n)]
+
+
+def test_one_incident_is_one_message_per_channel(con, receiver):
+    regs = _contention(36)
+    res = send_new_alerts(con, _config(receiver), regressions=regs, policy=FAST, now=Clock())
+    assert (res.queued, res.sent) == (2, 2)
     [msg] = receiver.on("/slack")
-    payload = msg.json
-    assert payload["blocks"][0]["text"]["text"].startswith("5 new regressions (worst: critical)")
-    assert sum(1 for b in payload["blocks"] if b["type"] == "section") == 5
-    [row] = outbox.rows(con)
-    assert row.event_id.startswith("group-") and sorted(row.event_ids) == sorted(r.event_id for r in more)
+    header = msg.json["blocks"][0]["text"]["text"]
+    assert header == "LOW incident: contention · 36 regressions"
+    assert "…and 21 more in the report" in json.dumps(msg.json, ensure_ascii=False) and len(msg.json["blocks"]) <= 50
+    [hook] = receiver.on("/webhook")
+    inc = hook.json["incident"]
+    assert inc["member_count"] == 36 and inc["cause"] == "contention" and sorted(inc["new_event_ids"]) == sorted(r.event_id for r in regs)
+    assert hook.headers["idempotency-key"] == inc["incident_id"] == hook.json["idempotency_key"]
+    assert hook.json["regression"]["event_id"] == hook.json["event_id"] == inc["members"][0]["event_id"]
+    assert "<!channel>" not in msg.body.decode() and fleet.EVIL in hook.body.decode().replace("\\u003c", "<")
+    [srow] = outbox.rows(con, "sent")[:1]
+    assert sorted(srow.event_ids) == sorted(r.event_id for r in regs)
+
+
+def test_incident_gaining_members_later_sends_nothing_unless_it_escalates(con, receiver):
+    first = _contention(6)
+    send_new_alerts(con, _config(receiver), regressions=first, policy=FAST, now=Clock())
+    assert len(receiver.requests) == 2
+    iid = receiver.on("/webhook")[0].json["incident"]["incident_id"]
+    # next hour: two more kernels of the same incident, no more severe -> nothing new is sent
+    grown = first + _contention(2, first=6)
+    res = send_new_alerts(con, _config(receiver), regressions=grown, policy=FAST, now=Clock(T0 + dt.timedelta(hours=1)))
+    assert (res.queued, res.sent) == (0, 0) and len(receiver.requests) == 2
+    # the first members resolved (no longer open; still in the detector's table); a late member
+    # still joins the old incident
+    from analytics.store import regressions as events
+
+    events.ensure_tables(con)
+    resolved = [dataclasses.replace(r, status="resolved") for r in grown]
+    events.save_events(con, [(r, r.event_id, None) for r in resolved], [], T0)
+    events.store_findings(con, resolved)
+    res = send_new_alerts(con, _config(receiver), regressions=_contention(1, first=8), policy=FAST, now=Clock(T0 + dt.timedelta(hours=2)))
+    assert (res.queued, res.sent) == (0, 0), "a late member of a resolved incident is not a new incident"
+    # a high member raises the incident: one escalation per channel, under the same incident id
+    worse = grown + _contention(1, severity="high", first=9)
+    res = send_new_alerts(con, _config(receiver), regressions=worse, policy=FAST, now=Clock(T0 + dt.timedelta(hours=3)))
+    assert (res.queued, res.sent) == (2, 2)
+    esc = receiver.on("/webhook")[-1]
+    assert esc.json["incident"]["incident_id"] == iid and esc.json["incident"]["update"] == "escalated"
+    assert esc.headers["idempotency-key"] == f"{iid}-high" and esc.json["incident"]["severity"] == "high"
+    assert len(esc.json["incident"]["new_event_ids"]) == 3  # the silent newcomers and the high one
+    assert receiver.on("/slack")[-1].json["blocks"][0]["text"]["text"].startswith("Escalated to HIGH: incident: contention")
+    # re-running that hour sends nothing again
+    res = send_new_alerts(con, _config(receiver), regressions=worse, policy=FAST, now=Clock(T0 + dt.timedelta(hours=4)))
+    assert (res.queued, res.sent) == (0, 0) and len(receiver.requests) == 4
+
+
+def test_v1_outbox_rows_are_read_and_not_resent(con, receiver, fleet_regressions):
+    """A warehouse whose outbox was written per event (v1 table, no incident columns)."""
+    con.execute("""CREATE TABLE alert_outbox (event_id VARCHAR NOT NULL, channel VARCHAR NOT NULL, event_ids VARCHAR[] NOT NULL,
+        payload VARCHAR NOT NULL, state VARCHAR NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at TIMESTAMPTZ NOT NULL, last_error VARCHAR, created_at TIMESTAMPTZ NOT NULL, sent_at TIMESTAMPTZ,
+        PRIMARY KEY (event_id, channel))""")
+    gemm = fleet_regressions[0]
+    con.execute("INSERT INTO alert_outbox (event_id, channel, event_ids, payload, state, next_attempt_at, created_at) "
+                "VALUES (?, 'webhook', [?], '{}', 'sent', ?, ?)", [gemm.event_id, gemm.event_id, T0, T0])
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=fleet_regressions, policy=FAST, now=Clock())
+    assert (res.queued, res.sent) == (2, 2)
+    assert gemm.event_id not in {r.headers["idempotency-key"] for r in receiver.on("/webhook")}
 
 
 def test_retry_on_500_then_delivered(con, receiver, fleet_regressions):

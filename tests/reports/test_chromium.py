@@ -107,3 +107,40 @@ def test_report_layout_at_phone_and_laptop_width(report_file, width):
         if chart["name"].startswith("regression-"):
             text_px = 10 / 72 * DPI * chart["w"] / chart["natural_width"]
             assert text_px >= MIN_CHART_TEXT_PX, (chart, text_px)
+
+
+@pytest.fixture(scope="module")
+def incident_report(fleet_db, tmp_path_factory):
+    """The fleet's report with a 4-kernel contention incident of job train added (hostile names)."""
+    _need_chromium()
+    import dataclasses
+
+    from analytics.results import Finding
+
+    gemm = fleet.regressions()[0]
+    members = [dataclasses.replace(gemm, kernel=f"{fleet.EVIL} kernel_{i}", kernel_id=f"k{i:015d}", severity=sev,
+                                   causes=(Finding("contention", 0.8, {"other_jobs_before": 0, "other_jobs_after": 1,
+                                                                       "other_busy_share_before": 0.0, "other_busy_share_after": 0.2}),))
+               for i, sev in enumerate(("high", "low", "low", "medium"))]
+    out = tmp_path_factory.mktemp("browser-incident") / "report.html"
+    return render.write_report(fleet_db, out, "2026-11-01", regressions=fleet.regressions() + members)
+
+
+@pytest.mark.parametrize("width", [400, 1280])
+def test_incident_rows_fit_at_phone_and_laptop_width(incident_report, width):
+    """An incident's heading row and its members in At a glance: on screen, escaped, no sideways
+    scrolling; the incident heading above its members' cards."""
+    page = chromium.render(incident_report, width=width)
+    _check_page(page, width, 7)
+    heads = [c for c in page.checks if c["kind"] == "incident"]
+    rows = [c for c in page.checks if c["kind"] == "glance"]
+    assert len(heads) == 1 and len(rows) == 7
+    for box in heads + rows:
+        assert box["w"] > 0 and box["x"] >= 0 and box["x"] + box["w"] <= width + 1, box
+    assert "4 regressions" in heads[0]["text"] and "contention" in heads[0]["text"]
+    members = sorted(rows, key=lambda b: b["y"])
+    after = [r for r in members if r["y"] > heads[0]["y"]]
+    assert len(after) >= 4  # the members follow their heading
+    assert [c for c in page.checks if c["kind"] == "incident-head"]
+    html = incident_report.read_text()
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html

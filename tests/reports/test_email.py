@@ -116,3 +116,36 @@ def test_email_links_the_archived_report_and_its_detail_pages(fleet_db, fleet_re
         assert f'href="https://reports.example/2026-11-01/report-{r.event_id}.html"' in rep.html
     assert "Full report with charts: https://reports.example/2026-11-01/report.html" in rep.text
     assert rep.details == {}  # detail pages are files written by write_report, not mail parts
+
+
+def test_report_email_shows_an_incident_first_with_its_members(fleet_db, smtp_server, fleet_regressions):
+    """A contention incident of 3 kernels (hostile job name) through a real SMTP server: the HTML
+    and the text part head it once, list its members under it, and escape the job."""
+    import dataclasses
+
+    from analytics.results import Finding
+
+    inbox, host, port = smtp_server
+    evil_job = "<i>evil</i>\r\nBcc: x@evil"
+    members = [dataclasses.replace(fleet_regressions[0], job=evil_job, kernel=f"kernel_{i}", kernel_id=f"k{i}",
+                                   causes=(Finding("contention", 0.8, {"other_jobs_before": 0, "other_jobs_after": 1,
+                                                                       "other_busy_share_before": 0.0, "other_busy_share_after": 0.2}),))
+               for i in range(3)]
+    con = store.connect(fleet_db)
+    try:
+        rep = render.build_report(con, fleet.START.date(), regressions=fleet_regressions + members, image_mode="cid")
+    finally:
+        con.close()
+    send_report_email(rep.mail_html, rep.text, rep.images, SmtpConfig(host=host, port=port, sender="c@example.org"),
+                      ["gpu-team@example.org"], rep.subject)
+    [(_, rcpts, raw)] = inbox.messages
+    assert rcpts == ["gpu-team@example.org"]
+    msg, parts, _ = _parts(raw)
+    html, text = parts["text/html"].get_content(), parts["text/plain"].get_content()
+    assert html.count('data-check="incident"') == 1 and "3 regressions" in html
+    assert "<i>evil</i>" not in html and "&lt;i&gt;evil&lt;/i&gt;" in html
+    head = text.index("INCIDENT")
+    assert "contention: 3 regressions" in text[head:text.index("\n", head)]
+    assert all(text.index(f"kernel:   kernel_{i}") > head for i in range(3))
+    assert "\nBcc:" not in text and "Bcc" not in msg.keys()
+    assert "in 3 incidents" in rep.subject or "incident" in rep.subject

@@ -97,3 +97,29 @@ def test_post_with_retry_classifies_outcomes():
     assert bad.permanent and bad.attempts == 1 and "invalid_payload" in bad.error
     down = post_with_retry(Scripted(*[HttpResponse(500)] * 3), "u", b"", {}, fast, sleep=lambda s: None)
     assert not down.delivered and not down.permanent and down.attempts == 3
+
+
+def test_incident_message_lists_members_and_escapes_untrusted_text():
+    from analytics.incidents import group_incidents
+    from analytics.results import Finding
+
+    base = fleet.regressions()[0]
+    members = [dataclasses.replace(base, job="<!here> job & <@U123>", kernel=f"{fleet.EVIL}_{i}", kernel_id=f"k{i}",
+                                   causes=(Finding("contention", 0.8, {"other_jobs_before": 0, "other_jobs_after": 1,
+                                                                       "other_busy_share_before": 0.0, "other_busy_share_after": 0.2}),))
+               for i in range(20)]
+    [inc] = group_incidents(members)
+    p = slack.build_incident(inc, "https://reports.example/r")
+    assert p["blocks"][0]["text"]["text"] == "HIGH incident: contention · 20 regressions"
+    for t in _texts(p):
+        assert "<!" not in t and "<@" not in t and "<script" not in t, t
+    dump = json.dumps(p, ensure_ascii=False)
+    assert f"…and {20 - slack.GROUP_LIST_MAX} more in the report" in dump and inc.incident_id in dump
+    assert len(p["blocks"]) <= 50 and all(len(b.get("text", {}).get("text", "")) <= 3000 for b in p["blocks"])
+    esc = slack.build_incident(inc, None, update="escalated", new_event_ids=[inc.members[3].event_id])
+    assert esc["blocks"][0]["text"]["text"].startswith("Escalated to HIGH: incident: contention")
+    assert sum("*new*" in t for t in _texts(esc)) == 1
+    # a one-member incident reads as the regression itself, with the incident id
+    [one] = group_incidents([base])
+    single = slack.build_incident(one)
+    assert single["blocks"][0]["text"]["text"].startswith("HIGH regression:") and f"incident `{one.incident_id}`" in json.dumps(single)
