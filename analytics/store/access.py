@@ -121,13 +121,17 @@ class Store:
 
 def query(db: str | os.PathLike, sql: str) -> pa.Table:
     """Run one ad-hoc read-only statement (SELECT or EXPLAIN) in the sandbox (``Store.sandbox``)
-    and return the result as Arrow. Raises QueryError (one line) for a refused statement or a
-    DuckDB error, FileNotFoundError for a missing warehouse, WarehouseBusy behind a long writer."""
+    and return the result as Arrow. ``db`` is a warehouse file, or a partitioned warehouse's
+    directory (``analytics.store.partitions``: one view over every partition). Raises QueryError
+    (one line) for a refused statement or a DuckDB error, FileNotFoundError for a missing
+    warehouse, WarehouseBusy behind a long writer."""
+    from analytics.store.partitions import open_store
+
     check_statement(sql)
     if not Path(db).exists():
         raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
     try:
-        with Store(db).sandbox() as con:
+        with open_store(db).sandbox() as con:
             relation = con.sql(sql)
             return pa.table({}) if relation is None else relation.to_arrow_table()
     except duckdb.Error as exc:
