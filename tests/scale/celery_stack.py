@@ -78,7 +78,7 @@ class Stack:
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db,
             "AIRFLOW__CELERY__BROKER_URL": self.broker,
-            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://postgres@/airflow?host={self.pg_sock}&port={self.pg_port}",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://postgres@/airflow?host={self.pg_sock}&port={self.pg_port}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}",

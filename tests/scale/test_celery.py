@@ -23,13 +23,9 @@ TARGET = HOURS - 1  # the hour the Celery run analyses; hours before it are hist
 P_VALUE = re.compile(r"p-value:\s+[0-9.e+-]+")
 
 _missing = celery_stack.missing()
-# Not yet green (Airflow 3's async metadata engine wants asyncpg; the run itself is unverified):
-# opt in with CUDAWATCH_CELERY_TEST=1 until it passes, then drop this line.
-_opt_in = os.environ.get("CUDAWATCH_CELERY_TEST") == "1"
-if _missing and _opt_in and os.environ.get("CI"):
+if _missing and os.environ.get("CI"):
     raise RuntimeError(f"the Celery test needs {', '.join(_missing)} (.ci/run installs them)")
-pytestmark = [pytest.mark.skipif(not _opt_in, reason="opt-in: CUDAWATCH_CELERY_TEST=1 (not yet green)"),
-              pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)}"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)}"), pytest.mark.timeout(600)]
 
 
 def _expected(base, roots):
