@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Iterator
 
 import duckdb
+import pyarrow as pa
 
+from analytics.store.access import Store, WarehouseBusy, is_lock_conflict
 from analytics.store.locking import writer_lock
+from analytics.store.sandbox import SANDBOX_CONFIG, QueryError, check_statement, one_line
 from cudawatch.config import DuckDBConfig
 
 #: A partition name: it names a file and a DuckDB catalog.
@@ -142,8 +145,6 @@ class PartitionView:
             con.close()
 
     def _open(self, files: dict[str, Path], *, seal: bool) -> duckdb.DuckDBPyConnection:
-        from analytics.store.access import WarehouseBusy, _is_lock_conflict
-        from analytics.store.sandbox import SANDBOX_CONFIG
 
         resources = DuckDBConfig.from_env() if self.resources is None else self.resources
         config = {k: v for k, v in resources.settings().items() if not (seal and k == "temp_directory")}
@@ -154,7 +155,7 @@ class PartitionView:
             try:
                 return open_view(files, config=config, seal=seal)
             except duckdb.IOException as exc:
-                if not _is_lock_conflict(exc):
+                if not is_lock_conflict(exc):
                     raise
                 if time.monotonic() >= deadline:
                     raise WarehouseBusy(f"a partition of {self.db} is held by a writer; waited {self.read_retry_s:.0f} s "
@@ -164,6 +165,21 @@ class PartitionView:
 
 def open_store(path: str | os.PathLike, **kw):
     """A ``Store`` for a warehouse file, a ``PartitionView`` for a partitioned warehouse directory."""
-    from analytics.store.access import Store
-
     return PartitionView(path, **kw) if Path(path).is_dir() else Store(path, **kw)
+
+
+def query(db: str | os.PathLike, sql: str) -> pa.Table:
+    """Run one ad-hoc read-only statement (SELECT or EXPLAIN) in the sandbox (``Store.sandbox``)
+    and return the result as Arrow. ``db`` is a warehouse file, or a partitioned warehouse's
+    directory (``analytics.store.partitions``: one view over every partition). Raises QueryError
+    (one line) for a refused statement or a DuckDB error, FileNotFoundError for a missing
+    warehouse, WarehouseBusy behind a long writer."""
+    check_statement(sql)
+    if not Path(db).exists():
+        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
+    try:
+        with open_store(db).sandbox() as con:
+            relation = con.sql(sql)
+            return pa.table({}) if relation is None else relation.to_arrow_table()
+    except duckdb.Error as exc:
+        raise QueryError(one_line(exc)) from None
