@@ -178,7 +178,7 @@ def why_no_regressions(con) -> str | None:
 
 def query(
     sql: str = typer.Argument(..., help="SQL to run (read-only)."),
-    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file."),
+    db: Path = typer.Option(..., "--db", help="DuckDB warehouse file, or a partitioned warehouse's directory."),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
     limit: int = typer.Option(200, "--limit", help="Rows to print in table format."),
 ) -> None:
@@ -186,7 +186,7 @@ def query(
     from analytics import store
     from cudawatch import inputs
 
-    inputs.or_exit(inputs.existing_db, db)
+    inputs.or_exit(inputs.readable_warehouse, db)
     try:
         result = store.query(db, sql)
     except store.QueryError as exc:  # refused, or a DuckDB error: one line, not a traceback

@@ -16,12 +16,12 @@ def report(
         None, "--email-to", help="Also e-mail the report to this address (repeatable); SMTP from CUDAWATCH_SMTP_* env."),
 ) -> None:
     """Write the HTML report, and e-mail it when --email-to is given."""
-    from analytics.store import LockTimeout, Store, WarehouseBusy
+    from analytics.store import LockTimeout, WarehouseBusy, open_store
     from cudawatch import inputs
     from cudawatch.config import ConfigError, SmtpConfig
     from reports import render
 
-    inputs.or_exit(inputs.existing_db, db)
+    inputs.or_exit(inputs.readable_warehouse, db)
     inputs.or_exit(inputs.output_file, out)
     try:
         smtp = SmtpConfig.from_env() if email_to else None
@@ -32,7 +32,7 @@ def report(
         # Rendered once: the file, its detail pages and the e-mail version come from one build.
         from app.tables import spinner
 
-        with Store(db).reader(queue=True) as con, spinner("rendering the report and its detail pages…"):
+        with open_store(db).reader(queue=True) as con, spinner("rendering the report and its detail pages…"):
             rendered = render.build_archived_report(con, render.parse_day(date, con), out)
         path = render.write_rendered(rendered, out)
     except (ConfigError, render.ReportError, FileNotFoundError) as exc:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analytics.store import Store
+from analytics.store import PartitionView, Store, partition_db
+from analytics.store.partitions import check_name
 from cudawatch.config import AlertConfig, ConfigError, DuckDBConfig, Paths
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,10 @@ class Settings:
     Paths come from Variables ``cudawatch_shards|db|reports`` or ``CUDAWATCH_SHARDS|DB|REPORTS``;
     wait_grace_min: how long after an hour ends the sensor waits for late hosts;
     expect_lookback_h: hours before the current one whose hosts are expected to report;
-    lock_timeout_s: how long a step waits for another warehouse writer.
+    lock_timeout_s: how long a step waits for another warehouse writer;
+    layout: ``single`` (default: one warehouse file ``db``) or ``partitioned`` (``db`` is a
+    directory, one file per partition, ``analytics.store.partitions``), Variable
+    ``cudawatch_warehouse_layout`` / ``CUDAWATCH_WAREHOUSE_LAYOUT``.
     """
 
     shards: Path
@@ -97,6 +101,7 @@ class Settings:
     expect_lookback_h: int = 3
     lock_timeout_s: int = 900
     duckdb: DuckDBConfig = DuckDBConfig()
+    layout: str = "single"
 
     @classmethod
     def resolve(cls) -> "Settings":
@@ -109,11 +114,43 @@ class Settings:
             expect_lookback_h=int_setting("expect_lookback_h", 3),
             lock_timeout_s=int_setting("lock_timeout_s", 900),
             duckdb=duckdb_config(),
+            layout=warehouse_layout(),
         )
 
-    def store(self) -> Store:
-        """The warehouse, opened under the shared writer lock with this lock timeout."""
-        return Store(self.db, lock_timeout_s=self.lock_timeout_s, resources=self.duckdb)
+    @property
+    def partitioned(self) -> bool:
+        return self.layout == "partitioned"
+
+    def store(self, partition: str | None = None) -> Store | PartitionView:
+        """The warehouse, opened under the shared writer lock with this lock timeout.
+
+        Single layout: the one file, whatever ``partition``. Partitioned: partition's own file
+        (``<db>/<partition>.duckdb``), or without one the read-only view over all of them."""
+        kw = {"lock_timeout_s": self.lock_timeout_s, "resources": self.duckdb}
+        if not self.partitioned:
+            return Store(self.db, **kw)
+        if partition is None:
+            return PartitionView(self.db, **kw)
+        return Store(partition_db(self.db, partition), **kw)
+
+    def analysis_targets(self, partitions: list[str]) -> list[dict[str, str | None]]:
+        """What the hourly analysis stages map over: the one warehouse (``{"warehouse": None}``),
+        or in the partitioned layout each partition's file."""
+        if not self.partitioned:
+            return [{"warehouse": None}]
+        return [{"warehouse": name} for name in sorted(dict.fromkeys(partitions))]
+
+
+LAYOUTS = ("single", "partitioned")
+
+
+def warehouse_layout() -> str:
+    """``single`` or ``partitioned`` (Variable ``cudawatch_warehouse_layout``, else
+    ``CUDAWATCH_WAREHOUSE_LAYOUT``, default ``single``)."""
+    value = (setting("warehouse_layout", "single") or "single").strip().lower()
+    if value not in LAYOUTS:
+        raise ConfigError(f"cudawatch_warehouse_layout / CUDAWATCH_WAREHOUSE_LAYOUT={value!r}: use one of {LAYOUTS}")
+    return value
 
 
 def duckdb_config() -> DuckDBConfig:
@@ -158,7 +195,12 @@ def hourly_partitions() -> list[dict[str, str]]:
         name, sep, root = item.strip().partition("=")
         if not sep or not name or not root:
             raise ConfigError(f"cudawatch_partitions entry {item!r} is not name=shard_root")
-        parts.append({"name": name.strip(), "shards": root.strip()})
+        name = name.strip()
+        try:
+            check_name(name)  # it names the partition's warehouse file in the partitioned layout
+        except ValueError as exc:
+            raise ConfigError(f"cudawatch_partitions: {exc}") from None
+        parts.append({"name": name, "shards": root.strip()})
     if len({p["name"] for p in parts}) != len(parts):
         raise ConfigError(f"cudawatch_partitions has duplicate names: {raw!r}")
     return parts

@@ -7,7 +7,9 @@ clock -- resolve their settings inside the task (app.settings), and open the war
 values carry only the hour and the partition.
 
 Hourly: ``hourly_partitions`` -> ``check_arrival`` (the sensor) -> ``ingest`` (one call per
-partition) -> ``update_baselines`` -> ``detect`` -> ``root_cause`` -> ``send_alerts``.
+partition) -> ``analysis_targets`` -> ``update_baselines`` -> ``detect`` -> ``root_cause`` ->
+``send_alerts`` (one chain per warehouse file: one, or one per partition in the partitioned
+layout, ``app.settings.Settings.analysis_targets``).
 Daily: app.daily. Maintenance: ``compact_shards``, ``apply_retention``, ``checkpoint_warehouse``.
 """
 
@@ -30,53 +32,67 @@ DUCKDB_POOL = "cudawatch_duckdb"
 hour_of = hour_floor  # the UTC hour (stdlib datetime) of a pendulum, ISO string or datetime
 
 __all__ = [
-    "DUCKDB_POOL", "hour_of", "hourly_partitions", "check_arrival", "ingest_hour", "update_baselines", "detect",
+    "DUCKDB_POOL", "hour_of", "hourly_partitions", "check_arrival", "ingest_hour", "analysis_targets", "update_baselines", "detect",
     "root_cause", "send_alerts", "report_day", "build_daily_report", "email_daily_report", "compact_shards",
     "apply_retention", "checkpoint_warehouse", "Settings", "setting",
 ]
 
 
-def _stage(stage: str, hour, partition: dict[str, str] | None = None, **kw):
+def _stage(stage: str, hour, partition: dict[str, str] | None = None, *, warehouse: str | None = None, **kw):
+    """Run one stage of ``run_hour`` on the warehouse the layout gives: the one file, or in the
+    partitioned layout the file of ``warehouse`` (analysis) or of ``partition`` (ingest)."""
     from app.hour import run_hour
 
     cfg = Settings.resolve()
-    return run_hour(cfg.store(), hour, partition, stages=(stage,), expect_lookback_h=cfg.expect_lookback_h, **kw)
+    store = cfg.store(partition["name"] if partition else warehouse)
+    return run_hour(store, hour, partition, stages=(stage,), expect_lookback_h=cfg.expect_lookback_h, **kw)
 
 
 def ingest_hour(partition: dict[str, str], hour: dt.datetime | str) -> dict[str, str]:
     """Load one partition's shards of ``hour`` (and late ones of the 24 h before); record what is
     still missing in ``data_gaps``. Idempotent: the ledger skips loaded shards and the hour's gap
-    rows are replaced, so a late shard picked up by a re-run clears its gap."""
+    rows are replaced, so a late shard picked up by a re-run clears its gap. In the partitioned
+    layout the partition's own warehouse file takes them."""
     _stage("ingest", hour, partition)
     return {"hour": hour_floor(hour).isoformat(), "partition": partition["name"]}
 
 
-def update_baselines(hour: dt.datetime | str) -> dict[str, str]:
+def analysis_targets(ingested: list[dict[str, str]]) -> list[dict[str, str | None]]:
+    """What the analysis stages map over (``Settings.analysis_targets``): ``[{"warehouse": None}]``
+    for the single warehouse, else one ``{"warehouse": name}`` per ingested partition."""
+    return Settings.resolve().analysis_targets([i["partition"] for i in ingested])
+
+
+def _target(target: dict | None) -> str | None:
+    return (target or {}).get("warehouse")
+
+
+def update_baselines(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Baselines of every watched series as of ``hour`` (analytics.baselines)."""
-    _stage("baselines", hour)
-    return {"hour": hour_floor(hour).isoformat()}
+    _stage("baselines", hour, warehouse=_target(target))
+    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
 
 
-def detect(hour: dt.datetime | str) -> dict[str, str]:
+def detect(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Regression events as of ``hour`` (analytics.detect), stored in the warehouse."""
-    _stage("detect", hour)
-    return {"hour": hour_floor(hour).isoformat()}
+    _stage("detect", hour, warehouse=_target(target))
+    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
 
 
-def root_cause(hour: dt.datetime | str) -> dict[str, str]:
+def root_cause(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Root causes of the events open at ``hour`` (analytics.rules); the hour is then analysed."""
-    _stage("root_cause", hour)
-    return {"hour": hour_floor(hour).isoformat()}
+    _stage("root_cause", hour, warehouse=_target(target))
+    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
 
 
-def send_alerts(hour: dt.datetime | str) -> dict[str, str]:
+def send_alerts(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Send the events open at ``hour`` that no channel carried yet (reports.alerts, an outbox
     keyed by event id), so re-running an hour sends nothing twice."""
-    result = _stage("alert", hour, alert_config=alert_config()).alerts
+    result = _stage("alert", hour, warehouse=_target(target), alert_config=alert_config()).alerts
     if result.failed:
         # Airflow retries the task; the outbox re-sends only what is due and never a sent alert.
         raise RuntimeError(f"{result.failed} alerts failed; the outbox table has the reasons")
-    return {"hour": hour_floor(hour).isoformat()}
+    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
 
 
 # --------------------------------------------------------------------------- maintenance steps

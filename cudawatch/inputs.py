@@ -41,6 +41,17 @@ def existing_db(path: str | os.PathLike, option: str = "--db") -> Path:
     return p
 
 
+def readable_warehouse(path: str | os.PathLike, option: str = "--db") -> Path:
+    """A warehouse a read-only command (query, report) opens: a DuckDB file, or a partitioned
+    warehouse's directory holding at least one ``<partition>.duckdb`` file."""
+    p = Path(path)
+    if p.is_dir():
+        if not any(is_duckdb_file(f) for f in p.glob("*.duckdb")):
+            raise InputError(f"{option} {p}: a directory without partition warehouses (*.duckdb)")
+        return p
+    return existing_db(p, option)
+
+
 def writable_db(path: str | os.PathLike, option: str = "--db") -> Path:
     """A warehouse that a writing command may create: absent, or an existing DuckDB file, in a
     folder that exists."""

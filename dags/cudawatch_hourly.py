@@ -10,13 +10,16 @@ update baselines, detect regressions, attach root causes and send alerts for new
   pipeline goes on with what arrived.
 * **ingest** (one per partition): loads the hour's shards and records missing (host, table) pairs
   in the warehouse table `data_gaps`.
-* **update_baselines → detect → root_cause → send_alerts**: over the whole warehouse, as of the
-  hour. Alerts go through an outbox keyed by event id, so re-running an hour sends nothing twice.
+* **analyse** (update_baselines → detect → root_cause → send_alerts), as of the hour, once per
+  warehouse file: the one warehouse, or with `cudawatch_warehouse_layout=partitioned` each
+  partition's own file (one mapped group per partition, so Celery workers run them in parallel;
+  size the `cudawatch_duckdb` pool to the number of partitions). Alerts go through an outbox keyed
+  by event id, so re-running an hour sends nothing twice.
 
 Every task is one stage of `app.hour.run_hour(store, hour, partition)`, the composition
 `cudawatch analyze` walks hour by hour; XCom carries only the hour and the partition.
 
-Warehouse writers take the `cudawatch_duckdb` pool (size 1) and a file lock; runs are ordered
+Warehouse writers take the `cudawatch_duckdb` pool (size 1 for one warehouse) and a file lock; runs are ordered
 (`max_active_runs=1`) because detection is incremental. Configuration: docs/airflow.md.
 """
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import CronTriggerTimetable, PokeReturnValue, dag, task
+from airflow.sdk import CronTriggerTimetable, PokeReturnValue, dag, task, task_group
 
 POOL = "cudawatch_duckdb"
 START = dt.datetime.fromisoformat(os.environ.get("CUDAWATCH_START_DATE", "2026-11-01T00:00:00+00:00"))
@@ -70,35 +73,46 @@ def cudawatch_hourly():
 
         return steps.ingest_hour(partition, data_interval_start)
 
-    @task(pool=POOL)
-    def update_baselines(data_interval_start=None) -> dict:
+    @task
+    def warehouses(ingested: list[dict]) -> list[dict]:
         from app import steps
 
-        return steps.update_baselines(data_interval_start)
+        return steps.analysis_targets(list(ingested))
 
     @task(pool=POOL)
-    def detect(data_interval_start=None) -> dict:
+    def update_baselines(target: dict, data_interval_start=None) -> dict:
         from app import steps
 
-        return steps.detect(data_interval_start)
+        return steps.update_baselines(data_interval_start, target)
 
     @task(pool=POOL)
-    def root_cause(data_interval_start=None) -> dict:
+    def detect(target: dict, data_interval_start=None) -> dict:
         from app import steps
 
-        return steps.root_cause(data_interval_start)
+        return steps.detect(data_interval_start, target)
 
     @task(pool=POOL)
-    def send_alerts(data_interval_start=None) -> dict:
+    def root_cause(target: dict, data_interval_start=None) -> dict:
         from app import steps
 
-        return steps.send_alerts(data_interval_start)
+        return steps.root_cause(data_interval_start, target)
 
-    # Each task is one stage of app.hour.run_hour for the run's hour; XCom carries only the hour
-    # and the partition (the events stay in the warehouse).
+    @task(pool=POOL)
+    def send_alerts(target: dict, data_interval_start=None) -> dict:
+        from app import steps
+
+        return steps.send_alerts(data_interval_start, target)
+
+    @task_group(prefix_group_id=False)
+    def analyse(target: dict):
+        send_alerts(root_cause(detect(update_baselines(target))))
+
+    # Each task is one stage of app.hour.run_hour for the run's hour; XCom carries only the hour,
+    # the partition and the warehouse (the events stay in the warehouse). The analysis chain runs
+    # once per warehouse file: once, or per partition in the partitioned layout.
     arrived = wait_for_shards.expand(partition=partitions())
     ingested = ingest.expand(partition=arrived)
-    ingested >> update_baselines() >> detect() >> root_cause() >> send_alerts()
+    analyse.expand(target=warehouses(ingested))
 
 
 cudawatch_hourly()

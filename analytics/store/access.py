@@ -23,22 +23,18 @@ from pathlib import Path
 from typing import Iterator
 
 import duckdb
-import pyarrow as pa
 
 from analytics.store.db import connect
 from analytics.store.locking import writer_lock
-from analytics.store.sandbox import QueryError, check_statement, connect_sandboxed, one_line
+from analytics.store.sandbox import connect_sandboxed
 from cudawatch.config import DuckDBConfig
-
 
 class WarehouseBusy(RuntimeError):
     """A reader could not open the warehouse because a writer kept it locked for too long."""
 
-
-def _is_lock_conflict(exc: duckdb.Error) -> bool:
+def is_lock_conflict(exc: duckdb.Error) -> bool:
     text = str(exc).lower()
     return "lock" in text and ("conflicting" in text or "could not set lock" in text)
-
 
 class Store:
     """The warehouse file ``db`` and the rules for opening it (see the module docstring)."""
@@ -111,24 +107,9 @@ class Store:
             try:
                 return opener(self.db) if opener else connect(self.db, read_only=True, resources=self.resources)
             except duckdb.IOException as exc:
-                if not _is_lock_conflict(exc):
+                if not is_lock_conflict(exc):
                     raise
                 if time.monotonic() >= deadline:
                     raise WarehouseBusy(f"warehouse {self.db} is held by a writer; waited {self.read_retry_s:.0f} s "
                                         f"for read access ({exc})") from exc
                 time.sleep(self.poll_s)
-
-
-def query(db: str | os.PathLike, sql: str) -> pa.Table:
-    """Run one ad-hoc read-only statement (SELECT or EXPLAIN) in the sandbox (``Store.sandbox``)
-    and return the result as Arrow. Raises QueryError (one line) for a refused statement or a
-    DuckDB error, FileNotFoundError for a missing warehouse, WarehouseBusy behind a long writer."""
-    check_statement(sql)
-    if not Path(db).exists():
-        raise FileNotFoundError(f"warehouse {db} does not exist (run `cudawatch ingest` first)")
-    try:
-        with Store(db).sandbox() as con:
-            relation = con.sql(sql)
-            return pa.table({}) if relation is None else relation.to_arrow_table()
-    except duckdb.Error as exc:
-        raise QueryError(one_line(exc)) from None

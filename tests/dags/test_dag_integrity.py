@@ -51,7 +51,11 @@ def test_hourly_schedule_and_mapping(dagbag):
     mapped = {t.task_id for t in dag.tasks if isinstance(t, MappedOperator)}
     assert mapped == {"wait_for_shards", "ingest"}
     assert [t.task_id for t in dag.topological_sort()] == [
-        "partitions", "wait_for_shards", "ingest", "update_baselines", "detect", "root_cause", "send_alerts"]
+        "partitions", "wait_for_shards", "ingest", "warehouses", "update_baselines", "detect", "root_cause", "send_alerts"]
+    # The analysis chain is a task group mapped over the warehouse files (one, or one per partition).
+    group = dag.task_group_dict["analyse"]
+    assert type(group).__name__ == "MappedTaskGroup"
+    assert {t.task_id for t in group} == {"update_baselines", "detect", "root_cause", "send_alerts"}
 
 
 PARSE_PROBE = r"""

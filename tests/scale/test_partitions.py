@@ -1,0 +1,113 @@
+"""Partitioned warehouses (analytics.store.partitions): two clusters, each ingested and analysed
+into its own file through app.hour.run_hour, read back through one read-only view, give the same
+regressions, causes, baselines, rows and report as one warehouse fed both clusters."""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+import pytest
+
+from analytics.store import PartitionView, Store, open_store, partition_db, query
+from analytics.store.sandbox import QueryError
+from app.hour import ANALYSIS, run_hour
+from tests.scale.clusters import HOUR, HOURS, START, content, make_clusters
+
+P_VALUE = re.compile(r"p-value:\s+[0-9.e+-]+")
+HISTORY = 20  # hours ingested in bulk before the hour-by-hour runs
+
+
+@pytest.fixture(scope="module")
+def warehouses(tmp_path_factory):
+    from analytics.store import ingest_shards
+
+    base = tmp_path_factory.mktemp("partitions")
+    roots = make_clusters(base / "shards")
+    parts = {name: {"name": name, "shards": str(root)} for name, root in roots.items()}
+    single = Store(base / "single.duckdb")
+    pdir = base / "partitioned"
+    pdir.mkdir()
+    stores = {name: Store(partition_db(pdir, name)) for name in parts}
+    with single.writer() as con:
+        for root in roots.values():
+            for h in range(HISTORY):
+                ingest_shards(root, con, hour=START + h * HOUR)
+    for name, store in stores.items():
+        with store.writer() as con:
+            for h in range(HISTORY):
+                ingest_shards(roots[name], con, hour=START + h * HOUR)
+    for h in range(HISTORY, HOURS):
+        hour = START + h * HOUR
+        # one warehouse: every partition's ingest, then the analysis once (what the DAG does)
+        for part in parts.values():
+            run_hour(single, hour, part, stages=("ingest",))
+        run_hour(single, hour, stages=ANALYSIS)
+        # partitioned: each partition ingests and analyses into its own file
+        for name, part in parts.items():
+            run_hour(stores[name], hour, part)
+    return {"single": single.db, "dir": pdir, "parts": parts}
+
+
+def test_view_gives_the_single_warehouse_content(warehouses):
+    with Store(warehouses["single"]).reader() as con:
+        want = content(con)
+    with PartitionView(warehouses["dir"]).reader() as con:
+        got = content(con)
+    assert want["regressions"], "the injected slowdowns must be detected for the comparison to mean anything"
+    assert {r[3].split("-")[0] for r in want["regressions"]} == {"east", "west"}
+    assert got == want
+
+
+def test_each_partition_holds_only_its_cluster(warehouses):
+    for name in warehouses["parts"]:
+        con = duckdb.connect(str(partition_db(warehouses["dir"], name)), read_only=True)
+        try:
+            jobs = {r[0] for r in con.execute("SELECT DISTINCT job FROM kernels").fetchall()}
+            events = con.execute("SELECT count(*) FROM regressions").fetchone()[0]
+        finally:
+            con.close()
+        assert jobs and all(j.startswith(f"{name}-") for j in jobs)
+        assert events > 0
+
+
+def test_report_is_the_same(warehouses):
+    from reports.render import build_report
+
+    day = (START + (HOURS - 1) * HOUR).date()
+    with Store(warehouses["single"]).reader() as con:
+        want = build_report(con, day)
+    with open_store(warehouses["dir"]).reader(queue=True) as con:
+        got = build_report(con, day)
+    # the p-values differ (the drift estimate is pooled per warehouse, see tests/scale/clusters.py)
+    assert P_VALUE.sub("p-value: <p>", want.text) == P_VALUE.sub("p-value: <p>", got.text)
+    assert want.subject == got.subject and P_VALUE.search(got.text)
+    assert "east-" in got.text and "west-" in got.text
+
+
+def test_query_reads_all_partitions_and_stays_sealed(warehouses, tmp_path):
+    sql = "SELECT job, count(*) AS n FROM regressions GROUP BY job ORDER BY job"
+    assert query(warehouses["dir"], sql).to_pylist() == query(warehouses["single"], sql).to_pylist()
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    for bad in (f"SELECT * FROM read_csv('{other}')", "SELECT * FROM glob('/etc/*')"):
+        with pytest.raises(QueryError, match="disabled"):
+            query(warehouses["dir"], bad)
+    for bad in (f"ATTACH '{other}' AS o", "DETACH p_east", "INSERT INTO p_east.kernels SELECT * FROM p_east.kernels"):
+        with pytest.raises(QueryError):
+            query(warehouses["dir"], bad)
+
+
+def test_view_refuses_writes_and_bad_directories(warehouses, tmp_path):
+    with pytest.raises(RuntimeError, match="partitioned warehouse"):
+        with PartitionView(warehouses["dir"]).writer():
+            pass
+    with PartitionView(warehouses["dir"]).reader() as con:
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("DELETE FROM p_east.main.kernels")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no partition"):
+        with PartitionView(tmp_path / "empty").reader():
+            pass
+    with pytest.raises(ValueError, match="partition name"):
+        partition_db(tmp_path, "../evil")
