@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analytics import sequential as sq
 from analytics.changepoint import detect_change_points
 from analytics.results import MAX_MAGNITUDE_PCT, Regression, size_pct
 from analytics.store import series as sr
@@ -41,6 +42,9 @@ class DetectConfig:
     drift: relative random-walk drift per hour of the series' level (see detect_change_points);
     None estimates it across the fleet's kernel series each run (``estimate_drift``).
     series: names of the series families (analytics.store.series.SPECS) to watch.
+    sequential: series with ``seq_min_history`` valid hours of history (and a spec that allows it)
+    go through the sequential detector (analytics.online) with ``seq`` and ``thresholds``; the
+    others through the change points above. False: change points for every series.
     """
 
     lookback_hours: int = 168
@@ -58,6 +62,10 @@ class DetectConfig:
     drift: float | None = None
     incremental: bool = True
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
+    sequential: bool = True
+    seq_min_history: int = 168
+    seq: sq.SequentialConfig = sq.SequentialConfig()
+    thresholds: tuple[float, ...] = sq.DEFAULT_THRESHOLDS
 
     def cp_options(self, period: int | None) -> dict:
         return dict(min_size=self.min_size, window=self.window, max_pvalue=self.max_pvalue,

@@ -27,6 +27,8 @@ class SeriesSpec:
     min_weight: points whose weight (launches, samples) is below this are missing (sparse kernels).
     kernel_level: series of one kernel (its severity is scaled by its share of the job's GPU time).
     sql: rows for hours in (? , ?] (start exclusive, end inclusive).
+    sequential: the hourly path may test it with the sequential detector once it has a week of
+    history (False: change points only, e.g. clocks pinned at discrete values).
     """
 
     name: str
@@ -35,6 +37,7 @@ class SeriesSpec:
     min_weight: float
     kernel_level: bool
     sql: str
+    sequential: bool = True
 
 
 _COLS = "hour, job, kernel, kernel_id, gpu_uuid, signature, value, weight"
@@ -82,11 +85,11 @@ SPECS: tuple[SeriesSpec, ...] = (
     SeriesSpec("gpu_sm_clock_mhz", -1, None, 1.0, False, """
         SELECT hour, NULL::VARCHAR AS job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, gpu_uuid,
                NULL::VARCHAR AS signature, sm_clock_mhz::DOUBLE AS value, samples::DOUBLE AS weight
-        FROM device_hourly WHERE hour > ? AND hour <= ? AND sm_clock_mhz IS NOT NULL"""),
+        FROM device_hourly WHERE hour > ? AND hour <= ? AND sm_clock_mhz IS NOT NULL""", sequential=False),
     SeriesSpec("gpu_mem_clock_mhz", -1, None, 1.0, False, """
         SELECT hour, NULL::VARCHAR AS job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, gpu_uuid,
                NULL::VARCHAR AS signature, mem_clock_mhz::DOUBLE AS value, samples::DOUBLE AS weight
-        FROM device_hourly WHERE hour > ? AND hour <= ? AND mem_clock_mhz IS NOT NULL"""),
+        FROM device_hourly WHERE hour > ? AND hour <= ? AND mem_clock_mhz IS NOT NULL""", sequential=False),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
