@@ -22,8 +22,9 @@ from analytics.trend import severity_of
 __all__ = ["MAX_MAGNITUDE_PCT", "DetectConfig", "Step", "find_steps", "Candidate", "candidate", "update_open", "dedup"]
 
 #: Preference when several series show one event of the same kernel (most specific first).
-_PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
-             "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "gpu_sm_clock_mhz": 6, "gpu_mem_clock_mhz": 7}
+_PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3, "kernel_presence": 3,
+             "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "job_busy_share": 5, "gpu_sm_clock_mhz": 6,
+             "gpu_mem_clock_mhz": 7}
 
 
 @dataclass(frozen=True)

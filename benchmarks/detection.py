@@ -200,6 +200,8 @@ def main(argv=None) -> int:
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nthresholds (GLR per window length m = 1..{cfg.max_window}): " + ", ".join(f2(x) for x in thresholds[CW]))
     if args.speed_series:
+        from analytics import online
+
         sp = speed(args.speed_series, 5, thresholds[CW], cfg)
         per = sp["full_s"] / sp["n"] * 1e6
         print(f"\n## Cost\n\n| what | series | time |\n|---|---|---|\n"
