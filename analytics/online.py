@@ -86,7 +86,8 @@ def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, th
         rows = np.flatnonzero(enough)
         if rows.size == 0:
             return empty
-        model = nm.fit_noise_model(x[rows, lo:a], hod[lo:a], nu=config.nu)
+        with np.errstate(invalid="ignore", divide="ignore"):  # flat rows (a constant share) get no model
+            model = nm.fit_noise_model(x[rows, lo:a], hod[lo:a], nu=config.nu)
         keep = model.ok & (np.nan_to_num(model.scale) >= MIN_SCALE)
         rows, model = rows[keep], _subset(model, keep)
         if rows.size == 0:
