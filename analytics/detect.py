@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from analytics import online
 from analytics.lifecycle import MAX_MAGNITUDE_PCT, Candidate, DetectConfig, Step, candidate, dedup, find_steps, update_open
 from analytics.results import Regression
 from analytics.store import regressions as events
@@ -45,10 +46,14 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     events.ensure_tables(con)
     as_of = hour_floor(as_of)
     existing = events.known_events(con, as_of, config.lookback_hours)
-    mats = {name: sr.load_matrix(con, sr.SPEC_BY_NAME[name], as_of, config.lookback_hours) for name in config.series}
+    long_h = max(config.lookback_hours, online.lookback_hours(config.seq))
+    mats = {}
+    for name in config.series:
+        spec = sr.SPEC_BY_NAME[name]
+        mats[name] = sr.load_matrix(con, spec, as_of, long_h if _sequential(spec, config) else config.lookback_hours)
     if config.drift is None:
         ref = mats.get("kernel_mean_ns")
-        config = replace(config, drift=estimate_drift(ref.values) if ref is not None else None)
+        config = replace(config, drift=estimate_drift(ref.values[:, -config.lookback_hours :]) if ref is not None else None)
     shares = events.gpu_time_shares(con, as_of)
     gpu_jobs = events.gpu_top_jobs(con, as_of, config.lookback_hours)
     candidates: list[Candidate] = []
@@ -60,12 +65,19 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
             if row["series"] == name:
                 open_here.setdefault(row["series_key"], []).append(row)
         keys = [sr.series_key(name, k) for k in mat.keys]
-        todo = np.ones(len(keys), dtype=bool)
+        steps_of = _sequential_steps(mat, as_of, config) if _sequential(spec, config) else {}
+        recent = _in_window(mat, config.lookback_hours)
+        todo = recent & ~np.isin(np.arange(len(keys)), list(steps_of))
+        short = _tail(mat, config.lookback_hours)
         if config.incremental and len(keys):
-            todo = screen_tail(mat.values, spec.bad, config.screen_z, window=config.window)
-            todo |= np.array([k in open_here for k in keys], dtype=bool)
+            screened = screen_tail(short.values, spec.bad, config.screen_z, window=config.window)
+            todo &= screened | np.array([k in open_here for k in keys], dtype=bool)
         for i in np.flatnonzero(todo):
-            steps = find_steps(mat.values[i], bad=spec.bad, period=spec.period, config=config)
+            steps_of[i] = find_steps(short.values[i], bad=spec.bad, period=spec.period, config=config)
+            steps_of[i] = [replace(st, index=st.index + mat.hours - short.hours,
+                                   reverted_index=None if st.reverted_index is None else st.reverted_index + mat.hours - short.hours)
+                           for st in steps_of[i]]
+        for i, steps in steps_of.items():
             updates += update_open(open_here.pop(keys[i], []), steps, mat, i, as_of, config)
             for st in steps:
                 if st.index < mat.hours - config.tail_hours or abs(st.magnitude_pct) < config.min_magnitude_pct:
@@ -79,3 +91,36 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     candidates = dedup(candidates, existing, config)
     events.save_events(con, [(c.reg, c.series_key, c.ended_at) for c in candidates], updates, as_of)
     return load_regressions(con, statuses=OPEN, as_of=as_of)
+
+
+def _sequential(spec, config: DetectConfig) -> bool:
+    return config.sequential and spec.sequential
+
+
+def _sequential_steps(mat, as_of: dt.datetime, config: DetectConfig) -> dict[int, list[Step]]:
+    """Rows of ``mat`` the sequential detector tests (enough history), each with its alarm as a
+    Step (index into ``mat``) or none. p_value: exp(-GLR), the likelihood-ratio bound."""
+    res = online.sequential_alarms(mat.values, as_of.hour, bad=mat.spec.bad, thresholds=config.thresholds,
+                                   config=config.seq, min_history=config.seq_min_history)
+    out: dict[int, list[Step]] = {}
+    al = res.alarms
+    for j, i in enumerate(res.rows.tolist()):
+        if not al.alarm[j]:
+            out[i] = []
+            continue
+        out[i] = [Step(int(al.onset[j]), float(al.before[j]), float(al.after[j]), float(al.magnitude_pct[j]),
+                       float(np.exp(-min(float(al.stat[j]), 700.0))))]
+    return out
+
+
+def _in_window(mat, hours: int) -> np.ndarray:
+    """Rows with data in the last ``hours`` columns (a row seen only earlier has vanished)."""
+    v, w = mat.values[:, -hours:], mat.weights[:, -hours:]
+    return (~np.isnan(v) | (w > 0)).any(axis=1) if v.size else np.zeros(len(mat.keys), dtype=bool)
+
+
+def _tail(mat, hours: int):
+    """The last ``hours`` columns of ``mat`` (the change-point path's window)."""
+    if mat.hours <= hours:
+        return mat
+    return sr.SeriesMatrix(mat.spec, mat.end, mat.keys, mat.values[:, -hours:], mat.weights[:, -hours:])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analytics import sequential as sq
 from analytics.changepoint import detect_change_points
 from analytics.results import MAX_MAGNITUDE_PCT, Regression, size_pct
 from analytics.store import series as sr
@@ -21,8 +22,9 @@ from analytics.trend import severity_of
 __all__ = ["MAX_MAGNITUDE_PCT", "DetectConfig", "Step", "find_steps", "Candidate", "candidate", "update_open", "dedup"]
 
 #: Preference when several series show one event of the same kernel (most specific first).
-_PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3,
-             "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "gpu_sm_clock_mhz": 6, "gpu_mem_clock_mhz": 7}
+_PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3, "kernel_presence": 3,
+             "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "job_busy_share": 5, "gpu_sm_clock_mhz": 6,
+             "gpu_mem_clock_mhz": 7}
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class DetectConfig:
     drift: relative random-walk drift per hour of the series' level (see detect_change_points);
     None estimates it across the fleet's kernel series each run (``estimate_drift``).
     series: names of the series families (analytics.store.series.SPECS) to watch.
+    sequential: series with ``seq_min_history`` valid hours of history (and a spec that allows it)
+    go through the sequential detector (analytics.online) with ``seq`` and ``thresholds``; the
+    others through the change points above. False: change points for every series.
     """
 
     lookback_hours: int = 168
@@ -58,6 +63,10 @@ class DetectConfig:
     drift: float | None = None
     incremental: bool = True
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
+    sequential: bool = True
+    seq_min_history: int = 168
+    seq: sq.SequentialConfig = sq.SequentialConfig()
+    thresholds: tuple[float, ...] = sq.DEFAULT_THRESHOLDS
 
     def cp_options(self, period: int | None) -> dict:
         return dict(min_size=self.min_size, window=self.window, max_pvalue=self.max_pvalue,

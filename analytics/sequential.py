@@ -69,10 +69,14 @@ class SequentialConfig:
         return float(np.log1p(self.floor_pct / 100.0))
 
 
+#: Version of DEFAULT_THRESHOLDS (change it with the numbers; events do not store it).
+THRESHOLDS_VERSION = "2026-12-03.1"
 #: Thresholds on the GLR (log-likelihood ratio) per window length m = 1..12 hours, set by
 #: ``analytics.calibration.calibrate_thresholds`` on the benchmark's clean calibration seed 101
-#: (8,000 series x 7 days of hourly runs) for 0.5 false alarms per 1,000 series-days
-#: (benchmarks/detection.py, 2026-12-03; docs/benchmarks.md). Windows shorter than min_len never alarm.
+#: (8,000 series x 7 days of hourly runs, 16 days of history) for 0.5 false alarms per 1,000
+#: series-days (benchmarks/detection.py, 2026-12-03; re-calibrated through the product's hourly
+#: path, analytics.online, the same day with the same result; docs/benchmarks.md). Windows
+#: shorter than min_len never alarm.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (np.inf, np.inf, 11.30, 11.36, 11.62, 11.79, 12.17, 12.24, 12.59, 12.68, 12.92, 13.18)
 
 

@@ -46,12 +46,42 @@ def _replay(x, start, cfg, model_at, mean_at=None):
 
 
 def sequential_stats(values, start, cfg=sq.SequentialConfig()):
-    """Hourly replay of the product's detector: the noise model refitted every 24 runs on the
-    history before the zone, the zone scanned every run."""
+    """Hourly replay of the pure detector: the noise model refitted every 24 runs on the history
+    before the zone, the zone scanned every run."""
     x = nm.to_log(values)
     hod = np.arange(x.shape[1]) % 24
     M = cfg.max_window
     return _replay(x, start, cfg, lambda t: sq.fit(x[:, : t + 1 - M], hod[: t + 1 - M], cfg))
+
+
+def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
+    """Hourly replay of the product's hourly path on the loaded matrix: every run gives
+    ``analytics.online`` the trailing ``online.lookback_hours`` (what detect_regressions loads),
+    the series it tests and their noise model come from ``online.sequential_alarms`` at the UTC
+    day's first run (the product refits the same hours every run: same model), and the statistics
+    are ``online.scan_stats`` of that run — what ``sequential_alarms`` thresholds with
+    ``analytics.sequential.alarm_rule``. Series the path does not test never alarm here (the
+    product sends them to the change points)."""
+    from analytics import online
+
+    n, hours = values.shape
+    L = online.lookback_hours(cfg)
+    runs = np.arange(start, hours)
+    M = cfg.max_window
+    S = np.full((n, runs.size, M), -np.inf)
+    V = np.zeros((n, runs.size, M))
+    Z = np.zeros((n, runs.size, M))
+    kw = {} if min_history is None else {"min_history": min_history}
+    res = None
+    for j, t in enumerate(runs):
+        lo = max(0, t + 1 - L)
+        v = values[:, lo : t + 1]
+        if res is None or t % 24 == 0:
+            res = online.sequential_alarms(v, t % 24, bad=1, config=cfg, **kw)
+        if res.rows.size:
+            sc = online.scan_stats(v, t % 24, bad=1, config=cfg, model=res.model, rows=res.rows)
+            S[res.rows, j], V[res.rows, j], Z[res.rows, j] = sc.stat, sc.valid, sc.ref_z
+    return runs, S, V, Z
 
 
 def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> nm.OutlierLaw:
@@ -98,14 +128,15 @@ def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig()):
 # --------------------------------------------------------------------------- the previous hourly path
 
 
-def old_detect_regressions(values, start):
+def old_detect_regressions(values, start, **config):
     """``analytics.detect.detect_regressions`` run for every hour from ``start``, on a DuckDB
-    warehouse holding the series as one kernel each (window = hour, 100 launches)."""
+    warehouse holding the series as one kernel each (window = hour, 100 launches). config:
+    DetectConfig fields (``sequential=False``: the previous path, change points only)."""
     import duckdb
     import pyarrow as pa
 
     from analytics.detect import DetectConfig, detect_regressions
-    from analytics.store.schema import ensure_schema
+    from analytics.store.schema import ensure_schema, refresh_hourly
 
     n, hours = values.shape
     con = duckdb.connect()
@@ -121,7 +152,8 @@ def old_detect_regressions(values, start):
     }
     tbl = pa.table(cols)  # noqa: F841 (read by DuckDB)
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
-    cfg = DetectConfig(series=("kernel_mean_ns",))
+    refresh_hourly(con, "kernels", hour_ts[0], hour_ts[-1])  # the hourly rollups the series read
+    cfg = DetectConfig(series=("kernel_mean_ns",), **config)
     for t in range(start, hours):
         detect_regressions(con, hour_ts[t], cfg)
     rows = con.execute("SELECT job, onset, detected_at FROM regressions WHERE status <> 'went_away'").fetchall()

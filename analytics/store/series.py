@@ -27,6 +27,8 @@ class SeriesSpec:
     min_weight: points whose weight (launches, samples) is below this are missing (sparse kernels).
     kernel_level: series of one kernel (its severity is scaled by its share of the job's GPU time).
     sql: rows for hours in (? , ?] (start exclusive, end inclusive).
+    sequential: the hourly path may test it with the sequential detector once it has a week of
+    history (False: change points only, e.g. clocks pinned at discrete values).
     """
 
     name: str
@@ -35,6 +37,7 @@ class SeriesSpec:
     min_weight: float
     kernel_level: bool
     sql: str
+    sequential: bool = True
 
 
 _COLS = "hour, job, kernel, kernel_id, gpu_uuid, signature, value, weight"
@@ -67,10 +70,25 @@ SPECS: tuple[SeriesSpec, ...] = (
     # need no seasonal model: they catch new kernels, more launches and costlier launch configurations.
     SeriesSpec("kernel_time_share", +1, None, 0.0, True, _SHARE_SQL.format(num="total_ns")),
     SeriesSpec("kernel_launch_share", +1, None, 0.0, True, _SHARE_SQL.format(num="launches")),
+    # Presence of a kernel in the hours its job ran: 1 when it launched, 0 when the job ran without
+    # it. A kernel that ran every hour and stops (a code path removed, a fused kernel replaced)
+    # falls to 0, which no share series shows as bad (its share falls, the others' rise a little).
+    # A 0/1 series: change points only.
+    SeriesSpec("kernel_presence", -1, None, 0.0, True, _SHARE_SQL.replace(
+        "(coalesce(k.num, 0) / nullif(j.total, 0))::DOUBLE", "(coalesce(k.launches, 0) > 0)::DOUBLE").format(num="launches"),
+        sequential=False),
     # GPU busy seconds per hour of a job (load-driven: analysed once three days allow a daily profile).
     SeriesSpec("job_gpu_busy_s", +1, 24, 0.0, False, """
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
                NULL::VARCHAR AS signature, gpu_busy_s::DOUBLE AS value, launches::DOUBLE AS weight
+        FROM job_hourly WHERE hour > ? AND hour <= ?"""),
+    # Share of a job's GPU time its kernels kept the GPUs busy: busy seconds / (GPUs that reported
+    # in the hour x 3600 s). It falls when the GPUs wait between kernels (idle gaps: host- or
+    # input-bound) or when a kernel stops running while the wall time stays: a fall is bad. Daily
+    # cycle (inference load): analysed from three days of data on, like job_gpu_busy_s.
+    SeriesSpec("job_busy_share", -1, 24, 0.0, False, """
+        SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
+               NULL::VARCHAR AS signature, (gpu_busy_s / nullif(gpus * 3600.0, 0))::DOUBLE AS value, launches::DOUBLE AS weight
         FROM job_hourly WHERE hour > ? AND hour <= ?"""),
     # Copy time per byte of a job's memory copies of one kind (HtoD, DtoH, ...): pageable host
     # memory or a slower link shows here. The copy kind is reported as the signature.
@@ -82,11 +100,11 @@ SPECS: tuple[SeriesSpec, ...] = (
     SeriesSpec("gpu_sm_clock_mhz", -1, None, 1.0, False, """
         SELECT hour, NULL::VARCHAR AS job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, gpu_uuid,
                NULL::VARCHAR AS signature, sm_clock_mhz::DOUBLE AS value, samples::DOUBLE AS weight
-        FROM device_hourly WHERE hour > ? AND hour <= ? AND sm_clock_mhz IS NOT NULL"""),
+        FROM device_hourly WHERE hour > ? AND hour <= ? AND sm_clock_mhz IS NOT NULL""", sequential=False),
     SeriesSpec("gpu_mem_clock_mhz", -1, None, 1.0, False, """
         SELECT hour, NULL::VARCHAR AS job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, gpu_uuid,
                NULL::VARCHAR AS signature, mem_clock_mhz::DOUBLE AS value, samples::DOUBLE AS weight
-        FROM device_hourly WHERE hour > ? AND hour <= ? AND mem_clock_mhz IS NOT NULL"""),
+        FROM device_hourly WHERE hour > ? AND hour <= ? AND mem_clock_mhz IS NOT NULL""", sequential=False),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}

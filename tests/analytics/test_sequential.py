@@ -144,3 +144,63 @@ def test_count_alerts_one_per_event():
     onset = np.array([[0, 1, 1, 2, 0, 0, 0, 0, 8, 8]])
     assert cal.count_alerts(alarm, onset, hold_hours=3).tolist() == [2]
     assert cal.first_alerts(alarm, onset, 3, np.arange(10)) == [[(1, 1), (8, 8)]]
+
+
+# --------------------------------------------------------------------------- through the product's hourly path
+
+from analytics import online  # noqa: E402
+
+
+def product(values, last_hod=23, **kw):
+    return online.sequential_alarms(values, last_hod, bad=+1, **kw)
+
+
+def test_product_path_places_the_onset_of_a_sustained_step_exactly():
+    v = series(n=6, seed=21)
+    for row, after in enumerate((3, 4, 5, 6, 8, 10)):
+        v[row, HIST - after :] *= 1.06
+    res = product(v)
+    assert res.rows.tolist() == list(range(6))
+    assert res.alarms.alarm.all()
+    assert res.alarms.onset.tolist() == [HIST - a for a in (3, 4, 5, 6, 8, 10)]  # columns of the whole matrix
+
+
+@pytest.mark.parametrize("age", [0, 1, 2, 4, 8])
+def test_product_path_an_isolated_outlier_hour_never_alarms(age):
+    v = series(n=6, seed=22)
+    v[:, HIST - 1 - age] *= 1.45
+    res = product(v)
+    assert res.rows.size == 6 and not res.alarms.alarm.any()
+
+
+def test_product_path_the_days_model_gives_the_same_answer_every_run():
+    v = series(n=6, seed=23)
+    v[:, HIST - 5 :] *= 1.05
+    first = product(v, last_hod=7)
+    again = product(v, last_hod=7, model=first.model, rows=first.rows)
+    assert (first.alarms.alarm == again.alarms.alarm).all() and (first.alarms.onset == again.alarms.onset).all()
+    # the noise model ends at the zone of the day's first run: the newest 12 + 7 hours are not in it
+    assert online.fit_anchor(HIST, 7) == HIST - 12 - 7
+
+
+def test_product_path_leaves_short_or_flat_series_to_the_change_points():
+    v = series(n=3, seed=24)
+    v[1, : HIST - 12 - 23 - 160] = np.nan  # 160 hours of history before the day's fit anchor: < 7 days
+    v[2] = 1980.0  # a clock pinned at its maximum: no usable noise model
+    assert product(v).rows.tolist() == [0]
+
+
+def test_detect_regressions_uses_the_sequential_path_with_exact_onsets(tmp_path):
+    """detect_regressions on a DuckDB warehouse of 9 days: a sustained +6 % step of the GEMM is one
+    event with its exact onset by the third hour; an isolated +45 % hour raises nothing."""
+    from analytics import detect
+    from tests.analytics.test_detect import START as T0, H as HR, warehouse_with
+
+    con = warehouse_with(tmp_path / "a", hours=216, step=(212, None, 6.0))
+    assert detect.detect_regressions(con, T0 + 213 * HR) == []  # two hours of the new level: could be outliers
+    regs = detect.detect_regressions(con, T0 + 214 * HR)
+    assert [(r.series, r.kernel, r.onset) for r in regs] == [("kernel_mean_ns", "gemm", T0 + 212 * HR)]
+    assert regs[0].magnitude_pct == pytest.approx(6, abs=1.5) and regs[0].p_value < 1e-5  # exp(-GLR)
+    con = warehouse_with(tmp_path / "b", hours=216, step=(211, 211, 45.0))
+    for h in range(210, 216):
+        assert detect.detect_regressions(con, T0 + h * HR) == []

@@ -1,0 +1,70 @@
+"""Falls of a job's GPU busy time with wall time unchanged (idle gaps, a vanished kernel), end to
+end: a simulated fleet -> shards -> DuckDB -> ``app.hour.run_hour`` hour by hour, as the hourly DAG
+runs it. Fleets of 9.5 days, so the busy-share series has a week of history and goes through the
+sequential detector; the kernel-presence series (0/1) goes through the change points. Seeds 61/62
+were not looked at while building the series."""
+
+import datetime as dt
+import json
+
+import pytest
+
+import simulator
+from analytics import online
+from analytics.store import Store, ingest_shards
+from analytics.store import series as sr
+from app.hour import run_hour
+
+START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+H = dt.timedelta(hours=1)
+HOURS = 228
+ONSET = 220  # hour 4 of day 9: the day's noise model has 205 hours of history
+
+
+def fleet(tmp_path, seed, kind=None):
+    inj = simulator.parse_injections([f"kind={kind},hour={ONSET}"]) if kind else []
+    simulator.simulate_fleet(tmp_path / "shards", gpus=8, hours=HOURS, seed=seed, start=START, injections=inj)
+    st = Store(tmp_path / "w.duckdb")
+    with st.writer() as con:
+        ingest_shards(tmp_path / "shards", con)
+    truth = json.loads((tmp_path / "shards" / "ground_truth.json").read_text())
+    return st, truth.get("regressions", truth) if isinstance(truth, dict) else truth
+
+
+@pytest.mark.parametrize("seed", [61, 62])
+@pytest.mark.parametrize("kind,series", [("gpu_idle_gaps", "job_busy_share"), ("kernel_vanished", "kernel_presence")])
+def test_busy_time_falls_are_found_within_three_hourly_runs(tmp_path, seed, kind, series):
+    st, truth = fleet(tmp_path, seed, kind)
+    (t,) = truth
+    onset = dt.datetime.fromisoformat(t["onset"])
+    found = {}
+    for h in range(ONSET - 1, ONSET + 3):  # the runs of onset - 1 .. onset + 2: three hours of the new level
+        for r in run_hour(st, START + h * H).regressions:
+            found.setdefault(r.event_id, r)
+    ours = [r for r in found.values() if r.job == t["job"] and abs(r.onset - onset) <= H
+            and (t["kernel_id"] is None or r.kernel_id == t["kernel_id"])]
+    assert len(ours) == 1, [r.to_json() for r in found.values()]
+    (r,) = ours
+    assert r.series == series and r.magnitude_pct < -5
+    assert r.detected_at <= onset + 2 * H
+    assert r.causes and r.causes[0].rule == kind
+    if series == "job_busy_share":  # that series went through the sequential detector
+        with st.reader() as con:
+            mat = sr.load_matrix(con, sr.SPEC_BY_NAME[series], r.detected_at, online.lookback_hours())
+        res = online.sequential_alarms(mat.values, r.detected_at.hour, bad=-1)
+        i = [k[0] for k in mat.keys].index(t["job"])
+        assert i in res.rows.tolist()
+        assert res.alarms.alarm[res.rows.tolist().index(i)]
+
+
+@pytest.mark.parametrize("seed", [61, pytest.param(62, marks=pytest.mark.xfail(strict=True, reason=(
+    "known miss of the '0 alerts on clean fleets' target: the sequential path raises one +2.3 % kernel_mean_ns "
+    "event (flash_fwd of train-llama, onset hour 215, GLR 13.6, thresholds 11.3-13.2) - a false alarm at "
+    "the calibrated rate; docs/detection.md")))])
+def test_clean_fleet_raises_nothing_in_a_day_of_hourly_runs(tmp_path, seed):
+    st, truth = fleet(tmp_path, seed)
+    assert truth == []
+    raised = []
+    for h in range(HOURS - 24, HOURS):
+        raised += run_hour(st, START + h * H).regressions
+    assert raised == [], [r.to_json() for r in raised]
