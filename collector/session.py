@@ -75,8 +75,7 @@ class Session:
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
-        #: one row per on-phase: (off_at unix s, duty, f_on, on_s, cost_s, cycle_s, period_s, records);
-        #: written to ``CUDAWATCH_DUTY_LOG`` (JSON) at stop when set, for benchmarks/soak.py phases
+        #: one row per on-phase (DUTY_LOG_FIELDS); written to CUDAWATCH_DUTY_LOG (JSON) at stop when set
         self.duty_log: list[tuple] = []
         self.duty_log_path = os.environ.get("CUDAWATCH_DUTY_LOG")
         self.errors = 0
@@ -161,14 +160,11 @@ class Session:
         self.active = False
 
     def _write_duty_log(self, now: float) -> None:
-        if not self.duty_log_path:
-            return
         try:
-            path = Path(self.duty_log_path)
-            tmp = path.with_name(f".tmp-{path.name}")
-            tmp.write_text(json.dumps({"pid": self.meta.pid, "job": self.job, "fields": DUTY_LOG_FIELDS,
-                                       "rows": self.duty_log}))
-            os.replace(tmp, path)
+            if self.duty_log_path:
+                tmp = Path(self.duty_log_path).with_suffix(".tmp")
+                tmp.write_text(json.dumps({"pid": self.meta.pid, "job": self.job, "fields": DUTY_LOG_FIELDS, "rows": self.duty_log}))
+                os.replace(tmp, self.duty_log_path)
         except OSError as exc:
             self._error(now, f"writing the duty log {self.duty_log_path}", exc)
 
