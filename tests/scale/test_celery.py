@@ -120,7 +120,8 @@ def test_hourly_dag_on_celery_workers_matches_one_warehouse(tmp_path):
         assert {f"{task}[0]", f"{task}[1]"} <= set(tis), tis  # mapped per partition
     # Both Celery workers executed tasks (Celery's own counters, read over the broker).
     assert set(stats) == {"w1@cudawatch", "w2@cudawatch"} and all(n > 0 for n in stats.values()), stats
-    assert sum(stats.values()) == len(tis), (stats, len(tis))
+    # every task instance ran on a worker; a sensor's reschedule or a retry is one more execution
+    assert sum(stats.values()) >= len(tis), (stats, len(tis))
 
     with single.reader() as con:
         want = content(con)
