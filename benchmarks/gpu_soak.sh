@@ -11,8 +11,9 @@ S=${SOAK_S:-930}
 export PYTHONUNBUFFERED=1
 start() {
     rm -rf $D && mkdir -p $D $O
-    echo '{"kernels_per_step": 297.0, "source": "torch.profiler, 30 steps (2026-12-03)"}' > $D/kps_lm.json
-    echo '{"kernels_per_step": 100.0, "source": "torch.profiler, 30 steps (2026-12-03)"}' > $D/kps_launch.json
+    for w in lm launch; do  # kernels per step, counted once with torch.profiler (no collector)
+        python3 benchmarks/soak.py count --workload $w --steps 30 --json $D/kps_$w.json || exit 1
+    done
     setsid bash -c "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader -l 15 > $D/gpumem.csv 2>&1" &
     echo $! > $D/smi.pid
     for w in lm launch; do

@@ -238,8 +238,8 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
     return {"on_phases": len(per_phase), "on_time_s": on_time, "wall_duty": on_time / (hi - lo),
             "work_duty": work_duty, "traced_records": traced, "expected_kernels_in_on_phases": expected,
             "traced_over_expected": traced / expected if expected else None,
-            "per_phase_ratio_min": min((x for x in per_phase if x), default=None),
-            "per_phase_ratio_max": max((x for x in per_phase if x), default=None),
+            "per_phase_ratio_min": min((x for x in per_phase if x is not None), default=None),
+            "per_phase_ratio_max": max((x for x in per_phase if x is not None), default=None),
             "steps_per_s_on": rate_on, "steps_per_s_off": rate_off, "measured_slowdown_while_on": slowdown,
             "estimated_slowdown_while_on_mean": sum(f_on) / len(f_on) if f_on else None}
 

@@ -90,7 +90,7 @@ class NvmlSampler:
 
     def _failed(self, op: str, exc: Exception) -> None:
         """Count a failed NVML call; "not supported" is a GPU without the feature, not a failure."""
-        if not isinstance(exc, getattr(nv, "NVMLError_NotSupported", ())):
+        if not isinstance(exc, nv.NVMLError_NotSupported):
             self.errors[op] += 1
 
     def sample(self) -> list[dict]:
@@ -152,15 +152,17 @@ class NvmlSampler:
             try:
                 ev = nv.nvmlEventSetWait_v2(self._events, 0)
             except nv.NVMLError as exc:  # NVML_ERROR_TIMEOUT: no event waiting, the normal way out
-                if not isinstance(exc, getattr(nv, "NVMLError_Timeout", ())):
+                if not isinstance(exc, nv.NVMLError_Timeout):
                     self._failed("xid_read", exc)
                 return
+            try:
+                uuid = _s(nv.nvmlDeviceGetUUID(ev.device))
+            except nv.NVMLError as exc:
+                self._failed("xid_device", exc)
+                continue
             for g in self.gpus:
-                try:
-                    if _s(nv.nvmlDeviceGetUUID(ev.device)) == g.uuid:
-                        g.xid_events += 1
-                except nv.NVMLError as exc:
-                    self._failed("xid_device", exc)
+                if g.uuid == uuid:
+                    g.xid_events += 1
 
     def close(self) -> None:
         for g in self.gpus:

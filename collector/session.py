@@ -28,6 +28,7 @@ from collector.rows import ProcessMeta, quality_of
 from collector.spool import Spool, recover
 
 DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records")
+DUTY_LOG_MAX = 10_000  # on-phases kept (~3.5 days at the 30 s period)
 
 _current: "Session | None" = None
 _lock = threading.Lock()
@@ -75,8 +76,7 @@ class Session:
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
-        #: one row per on-phase (DUTY_LOG_FIELDS); written to CUDAWATCH_DUTY_LOG (JSON) at stop when set
-        self.duty_log: list[tuple] = []
+        self.duty_log: list[tuple] = []  # the last DUTY_LOG_MAX on-phases; CUDAWATCH_DUTY_LOG (JSON) at stop
         self.duty_log_path = os.environ.get("CUDAWATCH_DUTY_LOG")
         self.errors = 0
         self.dropped_total = 0
@@ -152,11 +152,11 @@ class Session:
         self._account(now, on_s=0.0)
         self.meta.alive_to_s = now
         self.meta.devices = self.meta.devices or self._device_map(now)
+        self._write_duty_log(now)  # before the last windows are taken, so a failure is counted in them
         self.spool.add_windows(self.agg.take_all())
         self.spool.rotate(final=True)
         self.spool.close()
         self._write_status(now)
-        self._write_duty_log(now)
         self.active = False
 
     def _write_duty_log(self, now: float) -> None:
@@ -214,6 +214,7 @@ class Session:
                     ctl.note_cycle(cycle)
                 ctl.update(est)
                 self.duty_log.append((off_at, duty, est.fraction_on, est.on_s, est.cost_s, cycle, period, est.records))
+                del self.duty_log[:-DUTY_LOG_MAX]  # bounded: a collector stays on for weeks
             now = time.time()
             if now >= next_rotate:
                 self._close_windows(now)

@@ -7,6 +7,7 @@ the real session (control loop, windows, spool, rotation, signal handling) with
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -175,3 +176,29 @@ def test_collector_imports_stay_light():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_duty_log_is_written_at_exit_and_bounded(tmp_path):
+    """CUDAWATCH_DUTY_LOG gets one row per on-phase with the fields it names; the log keeps only the
+    last DUTY_LOG_MAX on-phases (set to 2 here), so a collector left on for weeks does not grow it.
+    A 100 % budget keeps the control period near its 0.5 s floor, so 4.5 s hold several on-phases."""
+    log = tmp_path / "duty.json"
+    code = textwrap.dedent(f"""
+        import time, collector, collector.session as cs
+        cs.DUTY_LOG_MAX = 2
+        s = collector.start(job="duty", out={str(tmp_path / 'shards')!r})
+        time.sleep(4.5)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                       env=_env(CUDAWATCH_REPLAY=RECORDS, CUDAWATCH_REPLAY_SPEED=8, CUDAWATCH_WINDOW_S=1,
+                                CUDAWATCH_PERIOD_S=0.5, CUDAWATCH_MAX_OVERHEAD_PCT=100, CUDAWATCH_DUTY_LOG=str(log)))
+    assert p.returncode == 0, p.stderr
+    from collector.session import DUTY_LOG_FIELDS
+
+    data = json.loads(log.read_text())
+    assert data["fields"] == list(DUTY_LOG_FIELDS) and data["job"] == "duty"
+    assert len(data["rows"]) == 2 and all(len(r) == len(DUTY_LOG_FIELDS) for r in data["rows"])
+    off_at = [r[0] for r in data["rows"]]
+    assert off_at == sorted(off_at) and off_at[-1] - off_at[0] > 0  # the newest two, in order
+    health = [r for f in list_shards(tmp_path / "shards", "health") for r in read_shard(f).to_pylist()]
+    assert 0 < sum(r[DUTY_LOG_FIELDS.index("records")] for r in data["rows"]) <= sum(r["records_delivered"] for r in health)
