@@ -17,14 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import time
 from pathlib import Path
 from typing import Iterator
 
 import duckdb
 import pyarrow as pa
 
-from analytics.store.access import Store, WarehouseBusy, is_lock_conflict
+from analytics.store.access import Store, open_retrying
 from analytics.store.locking import writer_lock
 from analytics.store.sandbox import SANDBOX_CONFIG, QueryError, check_statement, one_line
 from cudawatch.config import DuckDBConfig
@@ -145,22 +144,12 @@ class PartitionView:
             con.close()
 
     def _open(self, files: dict[str, Path], *, seal: bool) -> duckdb.DuckDBPyConnection:
-
         resources = DuckDBConfig.from_env() if self.resources is None else self.resources
         config = {k: v for k, v in resources.settings().items() if not (seal and k == "temp_directory")}
         if seal:
             config.update({k: v for k, v in SANDBOX_CONFIG.items() if k != "enable_external_access"})
-        deadline = time.monotonic() + self.read_retry_s
-        while True:
-            try:
-                return open_view(files, config=config, seal=seal)
-            except duckdb.IOException as exc:
-                if not is_lock_conflict(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise WarehouseBusy(f"a partition of {self.db} is held by a writer; waited {self.read_retry_s:.0f} s "
-                                        f"for read access ({exc})") from exc
-                time.sleep(self.poll_s)
+        return open_retrying(lambda: open_view(files, config=config, seal=seal), f"a partition of {self.db}",
+                             read_retry_s=self.read_retry_s, poll_s=self.poll_s)
 
 
 def open_store(path: str | os.PathLike, **kw):

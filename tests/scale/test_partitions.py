@@ -111,3 +111,29 @@ def test_view_refuses_writes_and_bad_directories(warehouses, tmp_path):
             pass
     with pytest.raises(ValueError, match="partition name"):
         partition_db(tmp_path, "../evil")
+
+
+def test_view_waits_for_a_writer_of_one_partition(tmp_path):
+    """A partition held by a writer in another process: the view retries, then WarehouseBusy
+    names the directory; once the writer is done it reads every partition."""
+    import time
+
+    from analytics.store import WarehouseBusy
+    from tests.analytics.test_store_access import _hold
+
+    for name in ("a", "b"):
+        with Store(partition_db(tmp_path, name)).writer() as con:
+            con.execute("CREATE TABLE t AS SELECT 42 AS x")
+    holder = _hold(partition_db(tmp_path, "b"), 2)
+    try:
+        with pytest.raises(WarehouseBusy, match=f"a partition of {tmp_path} is held by a writer"):
+            with PartitionView(tmp_path, read_retry_s=0.3, poll_s=0.05).reader():
+                pass
+        started = time.monotonic()
+        with PartitionView(tmp_path, read_retry_s=20, poll_s=0.05).sandbox() as con:
+            waited = time.monotonic() - started
+            assert con.execute("SELECT count(*) FROM t").fetchone() == (2,)
+        assert waited >= 1.0, waited
+    finally:
+        holder.kill()
+        holder.wait()
