@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from pathlib import Path
 from typing import Iterator
 
@@ -26,11 +25,12 @@ import pyarrow as pa
 from analytics.store.access import Store, open_retrying
 from analytics.store.locking import writer_lock
 from analytics.store.sandbox import SANDBOX_CONFIG, QueryError, check_statement, one_line
+from cudawatch import inputs
 from cudawatch.config import DuckDBConfig
 
-#: A partition name: it names a file and a DuckDB catalog.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-SUFFIX = ".duckdb"
+#: A partition name: it names a file and a DuckDB catalog (one rule with the CLI's input check).
+NAME = inputs.PARTITION_NAME
+SUFFIX = inputs.PARTITION_SUFFIX
 
 
 def check_name(name: str) -> str:
@@ -45,11 +45,16 @@ def partition_db(directory: str | os.PathLike, name: str) -> Path:
 
 
 def partition_files(directory: str | os.PathLike) -> dict[str, Path]:
-    """name -> file of every partition warehouse in ``directory`` (sorted by name)."""
+    """name -> file of every partition warehouse in ``directory`` (sorted by name); a ``*.duckdb``
+    file that is no partition, or two that DuckDB would read as one, is an error
+    (``cudawatch.inputs.partition_files``), never left out."""
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"partitioned warehouse {d} is not a directory")
-    out = {p.name[: -len(SUFFIX)]: p for p in sorted(d.glob(f"*{SUFFIX}")) if NAME.match(p.name[: -len(SUFFIX)])}
+    try:
+        out = inputs.partition_files(d)
+    except inputs.InputError as exc:
+        raise ValueError(f"partitioned warehouse {d}: {exc}") from None
     if not out:
         raise FileNotFoundError(f"partitioned warehouse {d} holds no partition (*{SUFFIX}); run the hourly ingest first")
     return out

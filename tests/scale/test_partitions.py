@@ -137,3 +137,33 @@ def test_view_waits_for_a_writer_of_one_partition(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("files, words", [
+    (("east", "East"), "East.duckdb and east.duckdb are one partition to DuckDB"),
+    (("a-b", "a_b"), "a-b.duckdb and a_b.duckdb are one partition to DuckDB"),
+    (("east", "_old"), "_old.duckdb is not named like a partition"),
+    (("east", "corrupt"), "partition corrupt.duckdb is not a DuckDB database file"),
+])
+def test_a_partition_directory_that_is_wrong_is_refused_not_half_read(tmp_path, files, words):
+    """Every *.duckdb file in the directory is a partition: a misnamed, colliding or corrupt one is
+    a clear error from the view and a one-line error from the CLI, never a file silently left out."""
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    for name in files:
+        if name == "corrupt":
+            (tmp_path / "corrupt.duckdb").write_bytes(b"not a database\n" * 100)
+            continue
+        with Store(tmp_path / f"{name}.duckdb").writer():
+            pass
+    if name != "corrupt":
+        with pytest.raises(ValueError, match=re.escape(words)):
+            PartitionView(tmp_path).files()
+    for argv in (["query", "--db", str(tmp_path), "SELECT 1"],
+                 ["report", "--db", str(tmp_path), "--out", str(tmp_path / "out" / "r.html")]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --db {tmp_path}: {words}"), result.output
