@@ -139,7 +139,7 @@ class Settings:
         or in the partitioned layout each partition's file."""
         if not self.partitioned:
             return [{"warehouse": None}]
-        return [{"warehouse": name} for name in sorted(dict.fromkeys(partitions))]
+        return [{"warehouse": name} for name in sorted(set(partitions))]
 
 
 LAYOUTS = ("single", "partitioned")

@@ -118,11 +118,11 @@ class PartitionView:
     def files(self) -> dict[str, Path]:
         return partition_files(self.db)
 
-    @contextlib.contextmanager
     def writer(self):
+        """Refused (``with view.writer():`` raises before entering): each partition is written
+        through its own ``Store``."""
         raise RuntimeError(f"{self.db} is a partitioned warehouse: write each partition through its own Store "
                            f"(analytics.store.partitions.partition_db)")
-        yield  # pragma: no cover
 
     @contextlib.contextmanager
     def reader(self, *, queue: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
