@@ -167,3 +167,29 @@ def test_a_partition_directory_that_is_wrong_is_refused_not_half_read(tmp_path, 
         assert result.exit_code == 2, (argv, result.output)
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: --db {tmp_path}: {words}"), result.output
+
+
+def test_airflow_steps_on_the_partitioned_layout_work_on_one_partition_file(warehouses, tmp_path, monkeypatch):
+    """The DAG's step functions in the partitioned layout: one analysis target per ingested
+    partition, and a stage on a target touches that partition's file only (here: alerts to an
+    unreachable webhook fail the task, recorded in east's outbox, none in west's)."""
+    import shutil
+
+    from app import steps
+
+    pdir = tmp_path / "partitioned"
+    shutil.copytree(warehouses["dir"], pdir, ignore=shutil.ignore_patterns("*.lock"))
+    for key, value in {"CUDAWATCH_DB": str(pdir), "CUDAWATCH_WAREHOUSE_LAYOUT": "partitioned",
+                       "CUDAWATCH_SHARDS": str(tmp_path), "CUDAWATCH_WEBHOOK_URL": "http://127.0.0.1:9/hook"}.items():
+        monkeypatch.setenv(key, value)
+    targets = steps.analysis_targets([{"partition": "west"}, {"partition": "east"}, {"partition": "east"}])
+    assert targets == [{"warehouse": "east"}, {"warehouse": "west"}]
+    hour = START + (HOURS - 1) * HOUR
+    assert steps.send_alerts(hour, targets[0]) == {"hour": hour.isoformat(), "warehouse": "east"}
+    sql = "SELECT count(*) AS n, count(*) FILTER (WHERE state = 'pending' AND last_error IS NOT NULL) AS retry FROM alert_outbox"
+    east = query(partition_db(pdir, "east"), sql).to_pylist()[0]
+    assert east["n"] > 0 and east["retry"] == east["n"], east
+    assert query(pdir, sql).to_pylist()[0] == east  # the view: west has no outbox (never alerted)
+    west = query(partition_db(pdir, "west"), "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'alert_outbox'")
+    assert west.to_pylist() == [{"n": 0}]
+    assert steps.root_cause(hour, targets[1]) == {"hour": hour.isoformat(), "warehouse": "west"}
