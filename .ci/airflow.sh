@@ -35,7 +35,7 @@ meta = sqlite3.connect(sys.argv[2])
 runs = meta.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'cudawatch_hourly'").fetchall()
 tis = dict(meta.execute("SELECT task_id || '[' || map_index || ']', state FROM task_instance WHERE dag_id = 'cudawatch_hourly'").fetchall())
 print(f"hourly runs: {runs}; tasks: {tis}")
-assert [s for _, s in runs] == ["success"] and set(tis.values()) == {"success"} and len(tis) == 8, (runs, tis)  # partitions, warehouses + 6 per partition
+assert [s for _, s in runs] == ["success"] and set(tis.values()) == {"success"} and len(tis) == 8, (runs, tis)  # one partition, single layout: partitions, wait_for_shards, ingest, warehouses, then the 4 analysis tasks once
 con = duckdb.connect(sys.argv[1], read_only=True)
 con.execute("SET TimeZone = 'UTC'")
 rows = con.execute("SELECT count(*) FROM kernels WHERE window_start >= TIMESTAMPTZ '2026-11-01 05:00:00+00' AND window_start < TIMESTAMPTZ '2026-11-01 06:00:00+00'").fetchone()[0]

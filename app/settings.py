@@ -18,6 +18,7 @@ from typing import Any
 from analytics.store import PartitionView, Store, partition_db
 from analytics.store.partitions import check_name
 from cudawatch.config import AlertConfig, ConfigError, DuckDBConfig, Paths
+from cudawatch.inputs import partition_key
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class Settings:
         or in the partitioned layout each partition's file."""
         if not self.partitioned:
             return [{"warehouse": None}]
-        return [{"warehouse": name} for name in sorted(dict.fromkeys(partitions))]
+        return [{"warehouse": name} for name in sorted(set(partitions))]
 
 
 LAYOUTS = ("single", "partitioned")
@@ -201,6 +202,7 @@ def hourly_partitions() -> list[dict[str, str]]:
         except ValueError as exc:
             raise ConfigError(f"cudawatch_partitions: {exc}") from None
         parts.append({"name": name, "shards": root.strip()})
-    if len({p["name"] for p in parts}) != len(parts):
-        raise ConfigError(f"cudawatch_partitions has duplicate names: {raw!r}")
+    if len({partition_key(p["name"]) for p in parts}) != len(parts):
+        # partition_key: names that differ only in case or '-'/'_' would share a partition's DuckDB catalog
+        raise ConfigError(f"cudawatch_partitions has duplicate names (case and '-'/'_' do not count): {raw!r}")
     return parts

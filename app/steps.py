@@ -63,36 +63,36 @@ def analysis_targets(ingested: list[dict[str, str]]) -> list[dict[str, str | Non
     return Settings.resolve().analysis_targets([i["partition"] for i in ingested])
 
 
-def _target(target: dict | None) -> str | None:
-    return (target or {}).get("warehouse")
+def _analyse(stage: str, hour, target: dict | None, **kw):
+    """One analysis stage on ``target``'s warehouse; the stage's result and the task's XCom value."""
+    warehouse = (target or {}).get("warehouse")
+    result = _stage(stage, hour, warehouse=warehouse, **kw)
+    return result, {"hour": hour_floor(hour).isoformat(), "warehouse": warehouse}
 
 
 def update_baselines(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Baselines of every watched series as of ``hour`` (analytics.baselines)."""
-    _stage("baselines", hour, warehouse=_target(target))
-    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
+    return _analyse("baselines", hour, target)[1]
 
 
 def detect(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Regression events as of ``hour`` (analytics.detect), stored in the warehouse."""
-    _stage("detect", hour, warehouse=_target(target))
-    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
+    return _analyse("detect", hour, target)[1]
 
 
 def root_cause(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Root causes of the events open at ``hour`` (analytics.rules); the hour is then analysed."""
-    _stage("root_cause", hour, warehouse=_target(target))
-    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
+    return _analyse("root_cause", hour, target)[1]
 
 
 def send_alerts(hour: dt.datetime | str, target: dict | None = None) -> dict:
     """Send the events open at ``hour`` that no channel carried yet (reports.alerts, an outbox
     keyed by event id), so re-running an hour sends nothing twice."""
-    result = _stage("alert", hour, warehouse=_target(target), alert_config=alert_config()).alerts
-    if result.failed:
+    result, out = _analyse("alert", hour, target, alert_config=alert_config())
+    if result.alerts.failed:
         # Airflow retries the task; the outbox re-sends only what is due and never a sent alert.
-        raise RuntimeError(f"{result.failed} alerts failed; the outbox table has the reasons")
-    return {"hour": hour_floor(hour).isoformat(), "warehouse": _target(target)}
+        raise RuntimeError(f"{result.alerts.failed} alerts failed; the outbox table has the reasons")
+    return out
 
 
 # --------------------------------------------------------------------------- maintenance steps

@@ -8,11 +8,17 @@ become a new, empty warehouse and a false "0 regressions"). Stdlib only.
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from pathlib import Path
 
 #: A DuckDB database file has this magic at byte offset 8 (after the header checksum).
 DUCKDB_MAGIC = b"DUCK"
+
+#: A partition of a partitioned warehouse (analytics.store.partitions) is the file ``<name>.duckdb``;
+#: the name is also a DuckDB catalog there.
+PARTITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+PARTITION_SUFFIX = ".duckdb"
 
 
 class InputError(ValueError):
@@ -41,13 +47,44 @@ def existing_db(path: str | os.PathLike, option: str = "--db") -> Path:
     return p
 
 
+def partition_key(name: str) -> str:
+    """What tells two partitions apart: DuckDB reads catalog names without case and the catalog
+    turns ``-`` into ``_``, so ``East`` and ``east``, or ``a-b`` and ``a_b``, would be one."""
+    return name.lower().replace("-", "_")
+
+
+def partition_files(directory: str | os.PathLike) -> dict[str, Path]:
+    """name -> file of every ``*.duckdb`` in ``directory`` (sorted; none: empty). InputError for a
+    file whose name is not a partition name, or two whose names are one partition (``partition_key``):
+    no file in the folder is silently left out of the partitions read together."""
+    out: dict[str, Path] = {}
+    seen: dict[str, Path] = {}
+    for f in sorted(Path(directory).glob(f"*{PARTITION_SUFFIX}")):
+        name = f.name[: -len(PARTITION_SUFFIX)]
+        if not PARTITION_NAME.match(name):
+            raise InputError(f"{f.name} is not named like a partition (letters, digits, '_' and '-', at most 63, "
+                             f"not starting with '_' or '-')")
+        key = partition_key(name)
+        if key in seen:
+            raise InputError(f"{seen[key].name} and {f.name} are one partition to DuckDB (names differ only in case or '-'/'_')")
+        out[name] = seen[key] = f
+    return out
+
+
 def readable_warehouse(path: str | os.PathLike, option: str = "--db") -> Path:
     """A warehouse a read-only command (query, report) opens: a DuckDB file, or a partitioned
-    warehouse's directory holding at least one ``<partition>.duckdb`` file."""
+    warehouse's directory whose ``<partition>.duckdb`` files (at least one) are all DuckDB files."""
     p = Path(path)
     if p.is_dir():
-        if not any(is_duckdb_file(f) for f in p.glob("*.duckdb")):
+        try:
+            files = partition_files(p)
+        except InputError as exc:
+            raise InputError(f"{option} {p}: {exc}") from None
+        if not files:
             raise InputError(f"{option} {p}: a directory without partition warehouses (*.duckdb)")
+        for f in files.values():
+            if not is_duckdb_file(f):
+                raise InputError(f"{option} {p}: partition {f.name} is not a DuckDB database file")
         return p
     return existing_db(p, option)
 

@@ -20,7 +20,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import duckdb
 
@@ -29,12 +29,31 @@ from analytics.store.locking import writer_lock
 from analytics.store.sandbox import connect_sandboxed
 from cudawatch.config import DuckDBConfig
 
+
 class WarehouseBusy(RuntimeError):
     """A reader could not open the warehouse because a writer kept it locked for too long."""
 
-def is_lock_conflict(exc: duckdb.Error) -> bool:
+
+def _is_lock_conflict(exc: duckdb.Error) -> bool:
     text = str(exc).lower()
     return "lock" in text and ("conflicting" in text or "could not set lock" in text)
+
+
+def open_retrying(opener: Callable[[], duckdb.DuckDBPyConnection], what: str, *, read_retry_s: float,
+                  poll_s: float) -> duckdb.DuckDBPyConnection:
+    """``opener()``, retried every ``poll_s`` while a writer holds the file (a lock conflict), for up
+    to ``read_retry_s``; then ``WarehouseBusy`` naming ``what``. Other errors pass through."""
+    deadline = time.monotonic() + read_retry_s
+    while True:
+        try:
+            return opener()
+        except duckdb.IOException as exc:
+            if not _is_lock_conflict(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise WarehouseBusy(f"{what} is held by a writer; waited {read_retry_s:.0f} s for read access ({exc})") from exc
+            time.sleep(poll_s)
+
 
 class Store:
     """The warehouse file ``db`` and the rules for opening it (see the module docstring)."""
@@ -102,14 +121,7 @@ class Store:
             con.close()
 
     def _open_read_only(self, opener=None) -> duckdb.DuckDBPyConnection:
-        deadline = time.monotonic() + self.read_retry_s
-        while True:
-            try:
-                return opener(self.db) if opener else connect(self.db, read_only=True, resources=self.resources)
-            except duckdb.IOException as exc:
-                if not is_lock_conflict(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise WarehouseBusy(f"warehouse {self.db} is held by a writer; waited {self.read_retry_s:.0f} s "
-                                        f"for read access ({exc})") from exc
-                time.sleep(self.poll_s)
+        def open_once():
+            return opener(self.db) if opener else connect(self.db, read_only=True, resources=self.resources)
+
+        return open_retrying(open_once, f"warehouse {self.db}", read_retry_s=self.read_retry_s, poll_s=self.poll_s)

@@ -16,22 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import time
 from pathlib import Path
 from typing import Iterator
 
 import duckdb
 import pyarrow as pa
 
-from analytics.store.access import Store, WarehouseBusy, is_lock_conflict
+from analytics.store.access import Store, open_retrying
 from analytics.store.locking import writer_lock
 from analytics.store.sandbox import SANDBOX_CONFIG, QueryError, check_statement, one_line
+from cudawatch import inputs
 from cudawatch.config import DuckDBConfig
 
-#: A partition name: it names a file and a DuckDB catalog.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-SUFFIX = ".duckdb"
+#: A partition name: it names a file and a DuckDB catalog (one rule with the CLI's input check).
+NAME = inputs.PARTITION_NAME
+SUFFIX = inputs.PARTITION_SUFFIX
 
 
 def check_name(name: str) -> str:
@@ -46,11 +45,16 @@ def partition_db(directory: str | os.PathLike, name: str) -> Path:
 
 
 def partition_files(directory: str | os.PathLike) -> dict[str, Path]:
-    """name -> file of every partition warehouse in ``directory`` (sorted by name)."""
+    """name -> file of every partition warehouse in ``directory`` (sorted by name); a ``*.duckdb``
+    file that is no partition, or two that DuckDB would read as one, is an error
+    (``cudawatch.inputs.partition_files``), never left out."""
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"partitioned warehouse {d} is not a directory")
-    out = {p.name[: -len(SUFFIX)]: p for p in sorted(d.glob(f"*{SUFFIX}")) if NAME.match(p.name[: -len(SUFFIX)])}
+    try:
+        out = inputs.partition_files(d)
+    except inputs.InputError as exc:
+        raise ValueError(f"partitioned warehouse {d}: {exc}") from None
     if not out:
         raise FileNotFoundError(f"partitioned warehouse {d} holds no partition (*{SUFFIX}); run the hourly ingest first")
     return out
@@ -114,11 +118,11 @@ class PartitionView:
     def files(self) -> dict[str, Path]:
         return partition_files(self.db)
 
-    @contextlib.contextmanager
     def writer(self):
+        """Refused (``with view.writer():`` raises before entering): each partition is written
+        through its own ``Store``."""
         raise RuntimeError(f"{self.db} is a partitioned warehouse: write each partition through its own Store "
                            f"(analytics.store.partitions.partition_db)")
-        yield  # pragma: no cover
 
     @contextlib.contextmanager
     def reader(self, *, queue: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -145,22 +149,12 @@ class PartitionView:
             con.close()
 
     def _open(self, files: dict[str, Path], *, seal: bool) -> duckdb.DuckDBPyConnection:
-
         resources = DuckDBConfig.from_env() if self.resources is None else self.resources
         config = {k: v for k, v in resources.settings().items() if not (seal and k == "temp_directory")}
         if seal:
             config.update({k: v for k, v in SANDBOX_CONFIG.items() if k != "enable_external_access"})
-        deadline = time.monotonic() + self.read_retry_s
-        while True:
-            try:
-                return open_view(files, config=config, seal=seal)
-            except duckdb.IOException as exc:
-                if not is_lock_conflict(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise WarehouseBusy(f"a partition of {self.db} is held by a writer; waited {self.read_retry_s:.0f} s "
-                                        f"for read access ({exc})") from exc
-                time.sleep(self.poll_s)
+        return open_retrying(lambda: open_view(files, config=config, seal=seal), f"a partition of {self.db}",
+                             read_retry_s=self.read_retry_s, poll_s=self.poll_s)
 
 
 def open_store(path: str | os.PathLike, **kw):

@@ -128,3 +128,11 @@ def test_hourly_ingest_picks_up_late_shards_of_earlier_hours(monkeypatch, tmp_pa
     con.close()
     assert late.relative_to(root).as_posix() in paths and len(paths) == 4
 
+
+
+def test_partition_names_that_duckdb_reads_as_one_are_duplicates(monkeypatch):
+    # in the partitioned layout each name is a file and a DuckDB catalog (case-blind, '-' as '_')
+    for bad in ("East=/a,east=/b", "a-b=/a,a_b=/b"):
+        monkeypatch.setenv("CUDAWATCH_PARTITIONS", bad)
+        with pytest.raises(ConfigError, match="duplicate names"):
+            steps.hourly_partitions()

@@ -111,3 +111,85 @@ def test_view_refuses_writes_and_bad_directories(warehouses, tmp_path):
             pass
     with pytest.raises(ValueError, match="partition name"):
         partition_db(tmp_path, "../evil")
+
+
+def test_view_waits_for_a_writer_of_one_partition(tmp_path):
+    """A partition held by a writer in another process: the view retries, then WarehouseBusy
+    names the directory; once the writer is done it reads every partition."""
+    import time
+
+    from analytics.store import WarehouseBusy
+    from tests.analytics.test_store_access import _hold
+
+    for name in ("a", "b"):
+        with Store(partition_db(tmp_path, name)).writer() as con:
+            con.execute("CREATE TABLE t AS SELECT 42 AS x")
+    holder = _hold(partition_db(tmp_path, "b"), 2)
+    try:
+        with pytest.raises(WarehouseBusy, match=f"a partition of {tmp_path} is held by a writer"):
+            with PartitionView(tmp_path, read_retry_s=0.3, poll_s=0.05).reader():
+                pass
+        started = time.monotonic()
+        with PartitionView(tmp_path, read_retry_s=20, poll_s=0.05).sandbox() as con:
+            waited = time.monotonic() - started
+            assert con.execute("SELECT count(*) FROM t").fetchone() == (2,)
+        assert waited >= 1.0, waited
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("files, words", [
+    (("east", "East"), "East.duckdb and east.duckdb are one partition to DuckDB"),
+    (("a-b", "a_b"), "a-b.duckdb and a_b.duckdb are one partition to DuckDB"),
+    (("east", "_old"), "_old.duckdb is not named like a partition"),
+    (("east", "corrupt"), "partition corrupt.duckdb is not a DuckDB database file"),
+])
+def test_a_partition_directory_that_is_wrong_is_refused_not_half_read(tmp_path, files, words):
+    """Every *.duckdb file in the directory is a partition: a misnamed, colliding or corrupt one is
+    a clear error from the view and a one-line error from the CLI, never a file silently left out."""
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    for name in files:
+        if name == "corrupt":
+            (tmp_path / "corrupt.duckdb").write_bytes(b"not a database\n" * 100)
+            continue
+        with Store(tmp_path / f"{name}.duckdb").writer():
+            pass
+    if name != "corrupt":
+        with pytest.raises(ValueError, match=re.escape(words)):
+            PartitionView(tmp_path).files()
+    for argv in (["query", "--db", str(tmp_path), "SELECT 1"],
+                 ["report", "--db", str(tmp_path), "--out", str(tmp_path / "out" / "r.html")]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --db {tmp_path}: {words}"), result.output
+
+
+def test_airflow_steps_on_the_partitioned_layout_work_on_one_partition_file(warehouses, tmp_path, monkeypatch):
+    """The DAG's step functions in the partitioned layout: one analysis target per ingested
+    partition, and a stage on a target touches that partition's file only (here: alerts to an
+    unreachable webhook fail the task, recorded in east's outbox, none in west's)."""
+    import shutil
+
+    from app import steps
+
+    pdir = tmp_path / "partitioned"
+    shutil.copytree(warehouses["dir"], pdir, ignore=shutil.ignore_patterns("*.lock"))
+    for key, value in {"CUDAWATCH_DB": str(pdir), "CUDAWATCH_WAREHOUSE_LAYOUT": "partitioned",
+                       "CUDAWATCH_SHARDS": str(tmp_path), "CUDAWATCH_WEBHOOK_URL": "http://127.0.0.1:9/hook"}.items():
+        monkeypatch.setenv(key, value)
+    targets = steps.analysis_targets([{"partition": "west"}, {"partition": "east"}, {"partition": "east"}])
+    assert targets == [{"warehouse": "east"}, {"warehouse": "west"}]
+    hour = START + (HOURS - 1) * HOUR
+    assert steps.send_alerts(hour, targets[0]) == {"hour": hour.isoformat(), "warehouse": "east"}
+    sql = "SELECT count(*) AS n, count(*) FILTER (WHERE state = 'pending' AND last_error IS NOT NULL) AS retry FROM alert_outbox"
+    east = query(partition_db(pdir, "east"), sql).to_pylist()[0]
+    assert east["n"] > 0 and east["retry"] == east["n"], east
+    assert query(pdir, sql).to_pylist()[0] == east  # the view: west has no outbox (never alerted)
+    west = query(partition_db(pdir, "west"), "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'alert_outbox'")
+    assert west.to_pylist() == [{"n": 0}]
+    assert steps.root_cause(hour, targets[1]) == {"hour": hour.isoformat(), "warehouse": "west"}
