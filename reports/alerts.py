@@ -84,11 +84,12 @@ def plan_messages(regressions: Sequence[Regression], channel: str, carried: dict
         new = [r for r in inc.members if r.event_id in open_ids and r.event_id not in carried]
         if not new:
             continue
-        told = [carried[r.event_id] for r in inc.members if r.event_id in carried]
+        # what the channel announced: the message's severity; a v1 per-event row announced its event's
+        told = [carried[r.event_id][1] or r.severity for r in inc.members if r.event_id in carried]
         if not told:
             out.append((inc, inc.incident_id, "new", [r.event_id for r in inc.members if r.event_id in open_ids]))
             continue
-        announced = max(_rank(sev) for _, sev in told)
+        announced = max(map(_rank, told))
         worst = max(new, key=lambda r: _rank(r.severity)).severity
         if _rank(worst) > announced:  # an escalation; less severe newcomers are absorbed silently
             out.append((inc, f"{inc.incident_id}-{worst}", "escalated", [r.event_id for r in new]))

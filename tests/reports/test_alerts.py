@@ -271,3 +271,17 @@ def test_hostile_kernel_name_cannot_mention_or_inject_in_slack(con, receiver, fl
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &lt;!channel&gt;" in texts
     # the webhook carries the raw name as JSON data (receivers must escape when rendering)
     assert receiver.on("/webhook")[0].json["regression"]["kernel"] == fleet.EVIL
+
+
+def test_a_v1_alerted_event_gaining_a_no_more_severe_member_sends_nothing(con, receiver):
+    """A v1 row announced its one event at that event's severity: a later member of the same
+    incident, no more severe, is absorbed silently, as for a v2 row (no false 'escalated')."""
+    old, late = _contention(2)
+    outbox.ensure_outbox(con)
+    con.execute("INSERT INTO alert_outbox (event_id, channel, event_ids, payload, state, next_attempt_at, created_at) "
+                "VALUES (?, 'webhook', [?], '{}', 'sent', ?, ?)", [old.event_id, old.event_id, T0, T0])
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=[old, late], policy=FAST, now=Clock())
+    assert (res.queued, res.sent) == (0, 0), [r.json["incident"]["update"] for r in receiver.on("/webhook")]
+    worse = _contention(1, severity="high", first=5)
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=[old, late, *worse], policy=FAST, now=Clock())
+    assert (res.queued, res.sent) == (1, 1) and receiver.on("/webhook")[-1].json["incident"]["update"] == "escalated"
