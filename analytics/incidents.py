@@ -91,11 +91,6 @@ def adopt_ids(incidents: Iterable[Incident], known: Mapping[str, str]) -> list[I
     return out
 
 
-def incident_of(incidents: Iterable[Incident]) -> dict[str, Incident]:
-    """event id -> its incident."""
-    return {r.event_id: inc for inc in incidents for r in inc.members}
-
-
 def _gpu_of(r: Regression) -> str | None:
     if r.gpu_uuid:
         return r.gpu_uuid

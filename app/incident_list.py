@@ -34,9 +34,3 @@ def report_incidents(regressions, as_of):
     ordered = [inc for inc, _, _ in incident_order(classify(regressions, start, end))]
     seen = {r.event_id for inc in ordered for r in inc.members}
     return ordered + group_incidents([r for r in regressions if r.event_id not in seen])
-
-
-def report_order(regressions, as_of):
-    """The regressions in the daily report's order for the day of ``as_of``: incidents first
-    (``report_incidents``), each incident's members together."""
-    return [r for inc in report_incidents(regressions, as_of) for r in inc.members]
