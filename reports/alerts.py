@@ -62,8 +62,8 @@ def _carried_regressions(con, carried_ids: set[str], present: set[str], earliest
     missing = carried_ids - present
     if not missing or earliest is None:
         return []
-    since = earliest - dt.timedelta(days=1)
-    return [r for r in load_regressions(con) if r.event_id in missing and r.onset >= since]
+    since = earliest - dt.timedelta(days=1)  # an event is detected at or after its onset: detected_at bounds the load
+    return [r for r in load_regressions(con, since=since) if r.event_id in missing and r.onset >= since]
 
 
 def _rank(severity: str | None) -> int:
