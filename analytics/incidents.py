@@ -70,6 +70,23 @@ class Incident:
         return self.members[0]
 
     @property
+    def cause_label(self) -> str:
+        """The cause for people (``new kernel``), or ``no common cause``."""
+        return self.cause.replace("_", " ") if self.cause else "no common cause"
+
+    @property
+    def place(self) -> str:
+        """The GPU's ``host:index`` (its uuid when unknown) or the job; raw (escape it to show it)."""
+        if self.scope == "gpu":
+            return next((r.gpu_label for r in self.members if r.gpu_uuid == self.key and r.gpu_label), self.key)
+        return self.key
+
+    @property
+    def where(self) -> str:
+        """``GPU host:index`` or ``job NAME`` (raw)."""
+        return f"{'GPU' if self.scope == 'gpu' else 'job'} {self.place}"
+
+    @property
     def jobs(self) -> tuple[str, ...]:
         return tuple(sorted({r.job for r in self.members if r.job}))
 

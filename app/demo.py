@@ -37,8 +37,7 @@ class DemoResult:
         for n, inc in enumerate(self.incidents, 1):  # incidents in the report's order, members inside
             indent = "  "
             if len(inc.members) > 1:
-                cause = inc.cause.replace("_", " ") if inc.cause else "no common cause"
-                lines.append(f"  incident {n} [{inc.severity}] {cause}: {len(inc.members)} regressions, {inc.scope} {inc.key}, "
+                lines.append(f"  incident {n} [{inc.severity}] {inc.cause_label}: {len(inc.members)} regressions, {inc.where}, "
                              f"since {inc.onset:%Y-%m-%d %H:00}")
                 indent = "    "
             for r in inc.members:

@@ -30,15 +30,11 @@ class ReportIncident:
     @property
     def where(self) -> str:
         """``GPU host:index`` or ``job NAME`` (raw: templates escape it)."""
-        inc = self.incident
-        if inc.scope == "gpu":
-            label = next((i.r.gpu_label for i in self.items if i.r.gpu_uuid == inc.key and i.r.gpu_label), None)
-            return f"GPU {label or inc.key}"
-        return f"job {inc.key}"
+        return self.incident.where
 
     @property
     def cause(self) -> str:
-        return self.incident.cause.replace("_", " ") if self.incident.cause else "no common cause"
+        return self.incident.cause_label
 
 
 def incident_order(classified: list[tuple[str, Regression]]) -> list[tuple[Incident, str, list[tuple[str, Regression]]]]:
