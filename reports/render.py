@@ -224,9 +224,10 @@ def build_report(
     )
     html = jinja.env().get_template("report.html").render(subject=subject, **ctx)
     # The e-mail: the same content with cid: images and links into the archive (report_url).
-    mail_items = {id(i): dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items}
-    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}", "items": [mail_items[id(i)] for i in items],
-                "incidents": [dataclasses.replace(x, items=[mail_items[id(i)] for i in x.items]) for x in incidents]}
+    mail_incidents = [dataclasses.replace(x, items=[dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in x.items])
+                      for x in incidents]
+    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}", "incidents": mail_incidents,
+                "items": [i for x in mail_incidents for i in x.items]}
     mail_html = jinja.env().get_template("report.html").render(subject=subject, **mail_ctx)
     text = jinja.env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
     details = {}
