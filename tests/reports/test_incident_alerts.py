@@ -88,3 +88,16 @@ def test_report_and_analyze_show_the_incident_first_with_its_members(contention)
     assert all(c > head for c in cards) and cards == sorted(cards)
     assert f"{inc['member_count']} regressions" in html[head:cards[0]]
     assert "INCIDENT" in rep.text and f"{inc['member_count']} regressions" in rep.text
+
+
+def test_analyze_csv_rows_carry_their_incident(contention):
+    tmp, _, _ = contention
+    out = CliRunner().invoke(app, ["analyze", "--db", str(tmp / "w.duckdb"), "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(out.output)))
+    as_json = json.loads(CliRunner().invoke(app, ["analyze", "--db", str(tmp / "w.duckdb"), "--format", "json"]).output)
+    assert [(r["event_id"], r["incident_id"]) for r in rows] == [(r["event_id"], r["incident_id"]) for r in as_json["regressions"]]
+    assert len({r["incident_id"] for r in rows}) < len(rows), "the contention incident groups several rows"
