@@ -110,7 +110,11 @@ def analyze(
         except LockTimeout as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3)
-    incidents = report_incidents(done.regressions, done.as_of)
+    from analytics.store.outbox import incident_ids
+
+    with _reader(db) as con:  # the ids the alerts used, so analyze names incidents as Slack and the webhook did
+        known = incident_ids(con)
+    incidents = report_incidents(done.regressions, done.as_of, known)
     payload = analyze_json(incidents)
     if fmt == "json":
         typer.echo(json.dumps(payload, indent=2))

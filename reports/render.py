@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from analytics.results import SEVERITIES, Finding, Regression
-from analytics.store import chart_series
+from analytics.store import chart_series, outbox
 from analytics.store import report as data
 from reports import charts, jinja
 from reports.incident_view import ReportIncident, incident_order
@@ -185,7 +185,7 @@ def build_report(
     incidents = []
     chart_end = min(end, last + dt.timedelta(hours=1)) if last else end
     ordered = []
-    for number, (inc, inc_status, members) in enumerate(incident_order(classify(regressions, start, end)), 1):
+    for number, (inc, inc_status, members) in enumerate(incident_order(classify(regressions, start, end), outbox.incident_ids(con)), 1):
         incidents.append(ReportIncident(inc, inc_status, number=number))
         ordered += [(incidents[-1], st, r) for st, r in members]
     for n, (rinc, status, r) in enumerate(ordered):

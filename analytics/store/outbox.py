@@ -83,6 +83,21 @@ def carried(con, channel: str) -> dict[str, tuple[str | None, str | None]]:
     return out
 
 
+def incident_ids(con) -> dict[str, str]:
+    """Regression event -> the incident id it was first alerted under on any channel (a row from
+    before incidents: the event's own id), for views that show incidents under the alert's id
+    (``analytics.incidents.adopt_ids``). Read-only; {} before any alert."""
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'alert_outbox'").fetchall()}
+    if not cols:
+        return {}
+    iid = "incident_id" if "incident_id" in cols else "NULL"  # a v1 table opened read-only
+    out: dict[str, str] = {}
+    for eid, inc in con.execute(f"SELECT unnest(event_ids), {iid} FROM alert_outbox ORDER BY created_at, event_id").fetchall():
+        out.setdefault(eid, inc or eid)
+    return out
+
+
 def enqueue(con, messages: Iterable[tuple[str, str, list[str], dict[str, Any], str, str]], now: dt.datetime) -> int:
     """Queue messages ``(message_id, channel, event_ids, body, incident_id, severity)`` in one
     transaction; a message id already queued for the channel is ignored. Returns how many rows were added."""

@@ -285,3 +285,17 @@ def test_a_v1_alerted_event_gaining_a_no_more_severe_member_sends_nothing(con, r
     worse = _contention(1, severity="high", first=5)
     res = send_new_alerts(con, _config(receiver, slack=False), regressions=[old, late, *worse], policy=FAST, now=Clock())
     assert (res.queued, res.sent) == (1, 1) and receiver.on("/webhook")[-1].json["incident"]["update"] == "escalated"
+
+
+def test_incident_ids_for_the_views_read_v1_rows_and_no_outbox(con):
+    assert outbox.incident_ids(con) == {}
+    con.execute("""CREATE TABLE alert_outbox (event_id VARCHAR NOT NULL, channel VARCHAR NOT NULL, event_ids VARCHAR[] NOT NULL,
+        payload VARCHAR NOT NULL, state VARCHAR NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at TIMESTAMPTZ NOT NULL, last_error VARCHAR, created_at TIMESTAMPTZ NOT NULL, sent_at TIMESTAMPTZ,
+        PRIMARY KEY (event_id, channel))""")
+    con.execute("INSERT INTO alert_outbox (event_id, channel, event_ids, payload, next_attempt_at, created_at) "
+                "VALUES ('group-1', 'slack', ['e1', 'e2'], '{}', ?, ?)", [T0, T0])
+    assert outbox.incident_ids(con) == {"e1": "e1", "e2": "e2"}  # v1: each event was its own alert's key
+    outbox.ensure_outbox(con)
+    outbox.enqueue(con, [("inc-b", "webhook", ["e2", "e3"], {}, "inc-b", "low")], T0 + dt.timedelta(hours=1))
+    assert outbox.incident_ids(con) == {"e1": "e1", "e2": "e2", "e3": "inc-b"}  # the first alert's id wins

@@ -65,6 +65,13 @@ def test_contention_is_one_incident_and_one_message_per_channel_across_hourly_ru
     # re-running the last hour sends nothing
     again = run_hour(store, todo[-1], stages=("alert",), alert_config=cfg)
     assert (again.alerts.queued, again.alerts.sent) == (0, 0)
+    # the incident grew after its alert, yet analyze and the report name it as the alert did
+    out = CliRunner().invoke(app, ["analyze", "--db", str(tmp / "w.duckdb"), "--format", "json"])
+    [now] = [i for i in json.loads(out.output)["incidents"] if i["cause"] == "contention"]
+    assert now["incident_id"] == inc["incident_id"], (now["member_count"], inc["member_count"])
+    with store.reader() as con:
+        rep = render.build_report(con, (START + dt.timedelta(hours=HOURS - 1)).date())
+    assert f'id="i-{inc["incident_id"]}"' in rep.html
 
 
 def test_report_and_analyze_show_the_incident_first_with_its_members(contention):
