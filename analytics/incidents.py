@@ -100,10 +100,12 @@ def adopt_ids(incidents: Iterable[Incident], known: Mapping[str, str]) -> list[I
     """``incidents`` with the ids recorded for their members: ``known`` maps event id -> incident id
     (e.g. from the alert outbox). An incident whose members carry ids takes the smallest of them
     (two recorded incidents that a later hour links stay under one, stable, id); the others keep
-    their own."""
-    out = []
+    their own. An id goes to one incident only: when a recorded incident splits, the first part
+    (in ``incidents``' order) keeps it and the rest take their own, so ids stay unique."""
+    out, taken = [], set()
     for inc in incidents:
-        ids = sorted({known[r.event_id] for r in inc.members if known.get(r.event_id)})
+        ids = sorted({known[r.event_id] for r in inc.members if known.get(r.event_id)} - taken)
+        taken.update(ids[:1])
         out.append(replace(inc, known_id=ids[0]) if ids else inc)
     return out
 

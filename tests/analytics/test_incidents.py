@@ -107,3 +107,16 @@ def test_where_and_cause_label_name_the_place_as_people_read_it():
     assert by_uuid.where == "GPU GPU-3"
     [job] = group_incidents([reg(job="serve <x>")])
     assert (job.where, job.cause_label) == ("job serve <x>", "no common cause")
+
+
+def test_a_split_incident_keeps_its_id_on_one_part_only():
+    """Members once alerted together that now group apart: ids stay unique (one report anchor,
+    one escalation key each)."""
+    from analytics.incidents import adopt_ids
+
+    a = reg(kernel="a", cause="contention", severity="high")
+    b = reg(job="serve", kernel="b", cause="contention")
+    parts = group_incidents([a, b])
+    assert len(parts) == 2
+    first, second = adopt_ids(parts, {a.event_id: "X", b.event_id: "X"})
+    assert first.incident_id == "X" and second.incident_id == b.event_id
