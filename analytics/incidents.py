@@ -70,6 +70,23 @@ class Incident:
         return self.members[0]
 
     @property
+    def cause_label(self) -> str:
+        """The cause for people (``new kernel``), or ``no common cause``."""
+        return self.cause.replace("_", " ") if self.cause else "no common cause"
+
+    @property
+    def place(self) -> str:
+        """The GPU's ``host:index`` (its uuid when unknown) or the job; raw (escape it to show it)."""
+        if self.scope == "gpu":
+            return next((r.gpu_label for r in self.members if r.gpu_uuid == self.key and r.gpu_label), self.key)
+        return self.key
+
+    @property
+    def where(self) -> str:
+        """``GPU host:index`` or ``job NAME`` (raw)."""
+        return f"{'GPU' if self.scope == 'gpu' else 'job'} {self.place}"
+
+    @property
     def jobs(self) -> tuple[str, ...]:
         return tuple(sorted({r.job for r in self.members if r.job}))
 
@@ -83,17 +100,14 @@ def adopt_ids(incidents: Iterable[Incident], known: Mapping[str, str]) -> list[I
     """``incidents`` with the ids recorded for their members: ``known`` maps event id -> incident id
     (e.g. from the alert outbox). An incident whose members carry ids takes the smallest of them
     (two recorded incidents that a later hour links stay under one, stable, id); the others keep
-    their own."""
-    out = []
+    their own. An id goes to one incident only: when a recorded incident splits, the first part
+    (in ``incidents``' order) keeps it and the rest take their own, so ids stay unique."""
+    out, taken = [], set()
     for inc in incidents:
-        ids = sorted({known[r.event_id] for r in inc.members if known.get(r.event_id)})
+        ids = sorted({known[r.event_id] for r in inc.members if known.get(r.event_id)} - taken)
+        taken.update(ids[:1])
         out.append(replace(inc, known_id=ids[0]) if ids else inc)
     return out
-
-
-def incident_of(incidents: Iterable[Incident]) -> dict[str, Incident]:
-    """event id -> its incident."""
-    return {r.event_id: inc for inc in incidents for r in inc.members}
 
 
 def _gpu_of(r: Regression) -> str | None:

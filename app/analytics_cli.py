@@ -110,16 +110,20 @@ def analyze(
         except LockTimeout as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3)
-    incidents = report_incidents(done.regressions, done.as_of)
-    regressions = [r for inc in incidents for r in inc.members]
-    raw = analyze_json(incidents)["regressions"]
+    from analytics.store.outbox import incident_ids
+
+    with _reader(db) as con:  # the ids the alerts used, so analyze names incidents as Slack and the webhook did
+        known = incident_ids(con)
+    incidents = report_incidents(done.regressions, done.as_of, known)
+    payload = analyze_json(incidents)
     if fmt == "json":
-        typer.echo(json.dumps(analyze_json(incidents), indent=2))
+        typer.echo(json.dumps(payload, indent=2))
         return
+    regressions = payload["regressions"]
     if done.as_of is not None and fmt == "table":
         err.print(f"analysed {len(done.hours)} hours up to {done.as_of:%Y-%m-%d %H:00}" +
                   ("" if done.hours else " (all analysed before)"))
-    tables.print_rows(REGRESSION_COLUMNS, incident_rows(incidents), fmt, raw=raw,
+    tables.print_rows(REGRESSION_COLUMNS, incident_rows(incidents), fmt, raw=regressions,
                       title=f"{len(regressions)} regressions in {len(incidents)} incident{'s' if len(incidents) != 1 else ''}")
     if not regressions and fmt == "table":
         with _reader(db) as con:
@@ -157,7 +161,7 @@ def regression_row(r) -> dict:
             "change": r.size.change, "since": f"{r.onset:%m-%d %H:00}", "cause": top.rule.replace("_", " ") if top else "-"}
 
 
-from app.incident_list import ANALYZE_SCHEMA, analyze_json, incident_cell, report_incidents, report_order  # noqa: E402,F401
+from app.incident_list import analyze_json, incident_cell, report_incidents  # noqa: E402
 
 
 def why_no_regressions(con) -> str | None:

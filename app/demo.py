@@ -21,11 +21,15 @@ class DemoResult:
     report: Path
     ground_truth: Path
     ingest_summary: str
-    regressions: list = field(default_factory=list)
     incidents: list = field(default_factory=list)  # analytics.incidents.Incident, the report's order
 
+    @property
+    def regressions(self) -> list:
+        """Every incident's members, in the report's order."""
+        return [r for inc in self.incidents for r in inc.members]
+
     def summary(self) -> str:
-        """Paths and counts (the regressions themselves: ``regression_table``)."""
+        """Paths, counts, and the incidents in the report's order with their members."""
         lines = [
             f"shards:       {self.shards}",
             f"warehouse:    {self.db}",
@@ -37,8 +41,7 @@ class DemoResult:
         for n, inc in enumerate(self.incidents, 1):  # incidents in the report's order, members inside
             indent = "  "
             if len(inc.members) > 1:
-                cause = inc.cause.replace("_", " ") if inc.cause else "no common cause"
-                lines.append(f"  incident {n} [{inc.severity}] {cause}: {len(inc.members)} regressions, {inc.scope} {inc.key}, "
+                lines.append(f"  incident {n} [{inc.severity}] {inc.cause_label}: {len(inc.members)} regressions, {inc.where}, "
                              f"since {inc.onset:%Y-%m-%d %H:00}")
                 indent = "    "
             for r in inc.members:
@@ -112,6 +115,5 @@ def run_demo(workdir: Path, *, gpus: int = DEMO_GPUS, hours: int = DEMO_HOURS, s
     render.write_report(store, report, None)
     from app.incident_list import report_incidents
 
-    incidents = report_incidents(done.regressions, done.as_of)
     return DemoResult(shards, db, report, shards / "ground_truth.json", ingested.summary(),
-                      [r for inc in incidents for r in inc.members], incidents)
+                      report_incidents(done.regressions, done.as_of))

@@ -19,24 +19,20 @@ def incident_cell(number: int, inc) -> str:
     return f"#{number}" + (f" ({len(inc.members)})" if len(inc.members) > 1 else "")
 
 
-def report_incidents(regressions, as_of):
+def report_incidents(regressions, as_of, known=None):
     """The incidents of ``regressions`` (analytics.incidents) in the daily report's order for the
     day of ``as_of`` (reports.render.classify, reports.incident_view.incident_order); regressions
-    outside that day follow, grouped the same way."""
-    from analytics.incidents import group_incidents
+    outside that day follow, grouped the same way. known: event id -> the incident id it was
+    alerted under (``analytics.store.outbox.incident_ids``; the report reads the same)."""
+    from analytics.incidents import adopt_ids, group_incidents
 
+    known = known or {}
     if not regressions or as_of is None:
-        return group_incidents(regressions)
+        return adopt_ids(group_incidents(regressions), known)
     from analytics.store.report import day_window
     from reports.render import classify, incident_order
 
     start, end = day_window(as_of.date())
-    ordered = [inc for inc, _, _ in incident_order(classify(regressions, start, end))]
+    ordered = [inc for inc, _, _ in incident_order(classify(regressions, start, end), known)]
     seen = {r.event_id for inc in ordered for r in inc.members}
-    return ordered + group_incidents([r for r in regressions if r.event_id not in seen])
-
-
-def report_order(regressions, as_of):
-    """The regressions in the daily report's order for the day of ``as_of``: incidents first
-    (``report_incidents``), each incident's members together."""
-    return [r for inc in report_incidents(regressions, as_of) for r in inc.members]
+    return ordered + adopt_ids(group_incidents([r for r in regressions if r.event_id not in seen]), known)

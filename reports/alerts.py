@@ -62,8 +62,8 @@ def _carried_regressions(con, carried_ids: set[str], present: set[str], earliest
     missing = carried_ids - present
     if not missing or earliest is None:
         return []
-    since = earliest - dt.timedelta(days=1)
-    return [r for r in load_regressions(con) if r.event_id in missing and r.onset >= since]
+    since = earliest - dt.timedelta(days=1)  # an event is detected at or after its onset: detected_at bounds the load
+    return [r for r in load_regressions(con, since=since) if r.event_id in missing and r.onset >= since]
 
 
 def _rank(severity: str | None) -> int:
@@ -84,11 +84,12 @@ def plan_messages(regressions: Sequence[Regression], channel: str, carried: dict
         new = [r for r in inc.members if r.event_id in open_ids and r.event_id not in carried]
         if not new:
             continue
-        told = [carried[r.event_id] for r in inc.members if r.event_id in carried]
+        # what the channel announced: the message's severity; a v1 per-event row announced its event's
+        told = [carried[r.event_id][1] or r.severity for r in inc.members if r.event_id in carried]
         if not told:
             out.append((inc, inc.incident_id, "new", [r.event_id for r in inc.members if r.event_id in open_ids]))
             continue
-        announced = max(_rank(sev) for _, sev in told)
+        announced = max(map(_rank, told))
         worst = max(new, key=lambda r: _rank(r.severity)).severity
         if _rank(worst) > announced:  # an escalation; less severe newcomers are absorbed silently
             out.append((inc, f"{inc.incident_id}-{worst}", "escalated", [r.event_id for r in new]))

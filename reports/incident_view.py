@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analytics.incidents import Incident, group_incidents
+from typing import Mapping
+
+from analytics.incidents import Incident, adopt_ids, group_incidents
 from analytics.results import SEVERITIES, Regression
 from reports.jinja import STATUS_ORDER
 
@@ -30,24 +32,23 @@ class ReportIncident:
     @property
     def where(self) -> str:
         """``GPU host:index`` or ``job NAME`` (raw: templates escape it)."""
-        inc = self.incident
-        if inc.scope == "gpu":
-            label = next((i.r.gpu_label for i in self.items if i.r.gpu_uuid == inc.key and i.r.gpu_label), None)
-            return f"GPU {label or inc.key}"
-        return f"job {inc.key}"
+        return self.incident.where
 
     @property
     def cause(self) -> str:
-        return self.incident.cause.replace("_", " ") if self.incident.cause else "no common cause"
+        return self.incident.cause_label
 
 
-def incident_order(classified: list[tuple[str, Regression]]) -> list[tuple[Incident, str, list[tuple[str, Regression]]]]:
+def incident_order(classified: list[tuple[str, Regression]], known: Mapping[str, str] | None = None,
+                   ) -> list[tuple[Incident, str, list[tuple[str, Regression]]]]:
     """``classify``'s output grouped into incidents (analytics.incidents.group_incidents): incidents
     by status (new, ongoing, resolved), then severity (worst first), then onset; members in the
-    incident's order (most severe, largest impact first). Every regression appears once."""
+    incident's order (most severe, largest impact first). Every regression appears once.
+    known: event id -> the incident id it was alerted under (``outbox.incident_ids``), so the
+    report names an incident as its alert did."""
     status = {r.event_id: st for st, r in classified}
     out = []
-    for inc in group_incidents([r for _, r in classified]):
+    for inc in adopt_ids(group_incidents([r for _, r in classified]), known or {}):
         members = [(status[r.event_id], r) for r in inc.members]
         st = min((s for s, _ in members), key=STATUS_ORDER.index)
         out.append((inc, st, members))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from analytics.results import SEVERITIES, Finding, Regression
-from analytics.store import chart_series
+from analytics.store import chart_series, outbox
 from analytics.store import report as data
 from reports import charts, jinja
 from reports.incident_view import ReportIncident, incident_order
@@ -185,7 +185,7 @@ def build_report(
     incidents = []
     chart_end = min(end, last + dt.timedelta(hours=1)) if last else end
     ordered = []
-    for number, (inc, inc_status, members) in enumerate(incident_order(classify(regressions, start, end)), 1):
+    for number, (inc, inc_status, members) in enumerate(incident_order(classify(regressions, start, end), outbox.incident_ids(con)), 1):
         incidents.append(ReportIncident(inc, inc_status, number=number))
         ordered += [(incidents[-1], st, r) for st, r in members]
     for n, (rinc, status, r) in enumerate(ordered):
@@ -224,9 +224,10 @@ def build_report(
     )
     html = jinja.env().get_template("report.html").render(subject=subject, **ctx)
     # The e-mail: the same content with cid: images and links into the archive (report_url).
-    mail_items = {id(i): dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in items}
-    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}", "items": [mail_items[id(i)] for i in items],
-                "incidents": [dataclasses.replace(x, items=[mail_items[id(i)] for i in x.items]) for x in incidents]}
+    mail_incidents = [dataclasses.replace(x, items=[dataclasses.replace(i, href=mail_href(i.r) if mail_href else None) for i in x.items])
+                      for x in incidents]
+    mail_ctx = {**ctx, "img": lambda name: f"cid:{cid_of(name)}", "incidents": mail_incidents,
+                "items": [i for x in mail_incidents for i in x.items]}
     mail_html = jinja.env().get_template("report.html").render(subject=subject, **mail_ctx)
     text = jinja.env(text=True).get_template("report.txt").render(subject=subject, **mail_ctx)
     details = {}

@@ -88,9 +88,8 @@ def _member_line(r: Regression) -> str:
 
 def _place(inc: Incident) -> str:
     if inc.scope == "gpu":
-        label = next((r.gpu_label for r in inc.members if r.gpu_uuid == inc.key and r.gpu_label), None) or inc.key
-        return "GPU " + slack_code(label, 80)
-    return "job " + slack_code(inc.key, 120)
+        return "GPU " + slack_code(inc.place, 80)
+    return "job " + slack_code(inc.place, 120)
 
 
 def build_incident(inc: Incident, report_url: str | None = None, *, update: str = "new",
@@ -108,7 +107,7 @@ def build_incident(inc: Incident, report_url: str | None = None, *, update: str 
             msg["blocks"][0]["text"]["text"] = single_line(f"Escalated: {msg['blocks'][0]['text']['text']}")[:150]
         return msg
     n = len(inc.members)
-    cause = inc.cause.replace("_", " ") if inc.cause else "no common cause"
+    cause = inc.cause_label
     prefix = f"Escalated to {inc.severity.upper()}: " if update == "escalated" else f"{inc.severity.upper()} "
     title = f"{prefix}incident: {cause} · {n} regressions"
     jobs = ", ".join(slack(j, 80) for j in inc.jobs[:5]) + (f" and {len(inc.jobs) - 5} more" if len(inc.jobs) > 5 else "")

@@ -72,11 +72,6 @@ def ensure_outbox(con) -> None:
         con.execute(f"ALTER TABLE alert_outbox ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
-def queued_event_ids(con, channel: str) -> set[str]:
-    """Regression events already in the outbox for ``channel`` (in any state)."""
-    return set(carried(con, channel))
-
-
 def carried(con, channel: str) -> dict[str, tuple[str | None, str | None]]:
     """Regression events already in the outbox for ``channel`` (any state) -> (incident id,
     severity announced) of the message that carried them; (None, None) for v1 per-event rows."""
@@ -88,13 +83,26 @@ def carried(con, channel: str) -> dict[str, tuple[str | None, str | None]]:
     return out
 
 
-def enqueue(con, messages: Iterable[tuple], now: dt.datetime) -> int:
-    """Queue messages ``(message_id, channel, event_ids, body[, incident_id, severity])`` in one
+def incident_ids(con) -> dict[str, str]:
+    """Regression event -> the incident id it was first alerted under on any channel (a row from
+    before incidents: the event's own id), for views that show incidents under the alert's id
+    (``analytics.incidents.adopt_ids``). Read-only; {} before any alert."""
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'alert_outbox'").fetchall()}
+    if not cols:
+        return {}
+    iid = "incident_id" if "incident_id" in cols else "NULL"  # a v1 table opened read-only
+    out: dict[str, str] = {}
+    for eid, inc in con.execute(f"SELECT unnest(event_ids), {iid} FROM alert_outbox ORDER BY created_at, event_id").fetchall():
+        out.setdefault(eid, inc or eid)
+    return out
+
+
+def enqueue(con, messages: Iterable[tuple[str, str, list[str], dict[str, Any], str, str]], now: dt.datetime) -> int:
+    """Queue messages ``(message_id, channel, event_ids, body, incident_id, severity)`` in one
     transaction; a message id already queued for the channel is ignored. Returns how many rows were added."""
-    rows = []
-    for mid, ch, eids, body, *rest in messages:
-        iid, sev = (list(rest) + [None, None])[:2]
-        rows.append((mid, ch, list(eids), json.dumps(body, ensure_ascii=False, sort_keys=True), now, now, iid, sev))
+    rows = [(mid, ch, list(eids), json.dumps(body, ensure_ascii=False, sort_keys=True), now, now, iid, sev)
+            for mid, ch, eids, body, iid, sev in messages]
     if not rows:
         return 0
     before = con.execute("SELECT count(*) FROM alert_outbox").fetchone()[0]

@@ -92,3 +92,31 @@ def test_a_long_chain_of_onsets_links_step_by_step():
     assert len(group_incidents(spread)) == 1
     gap = [reg(kernel="a", cause="contention"), reg(kernel="b", cause="contention", onset=T + 3 * H)]
     assert len(group_incidents(gap)) == 2
+
+
+def test_where_and_cause_label_name_the_place_as_people_read_it():
+    """One label for every view (report, Slack, demo): the GPU by host:index when a member knows
+    it, else by uuid; a job by name; no cause reads as such."""
+    import dataclasses
+
+    clock = dataclasses.replace(reg(job="", series="gpu_sm_clock_mhz", gpu="GPU-3", cause="clock_throttle"), gpu_host="node7", gpu_index=2)
+    kernel = reg(kernel="k1", cause="clock_throttle", evidence={"gpu_uuid": "GPU-3"})
+    [by_label] = group_incidents([kernel, clock])
+    assert (by_label.place, by_label.where, by_label.cause_label) == ("node7:2", "GPU node7:2", "clock throttle")
+    [by_uuid] = group_incidents([kernel])
+    assert by_uuid.where == "GPU GPU-3"
+    [job] = group_incidents([reg(job="serve <x>")])
+    assert (job.where, job.cause_label) == ("job serve <x>", "no common cause")
+
+
+def test_a_split_incident_keeps_its_id_on_one_part_only():
+    """Members once alerted together that now group apart: ids stay unique (one report anchor,
+    one escalation key each)."""
+    from analytics.incidents import adopt_ids
+
+    a = reg(kernel="a", cause="contention", severity="high")
+    b = reg(job="serve", kernel="b", cause="contention")
+    parts = group_incidents([a, b])
+    assert len(parts) == 2
+    first, second = adopt_ids(parts, {a.event_id: "X", b.event_id: "X"})
+    assert first.incident_id == "X" and second.incident_id == b.event_id

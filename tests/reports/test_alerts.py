@@ -271,3 +271,31 @@ def test_hostile_kernel_name_cannot_mention_or_inject_in_slack(con, receiver, fl
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &lt;!channel&gt;" in texts
     # the webhook carries the raw name as JSON data (receivers must escape when rendering)
     assert receiver.on("/webhook")[0].json["regression"]["kernel"] == fleet.EVIL
+
+
+def test_a_v1_alerted_event_gaining_a_no_more_severe_member_sends_nothing(con, receiver):
+    """A v1 row announced its one event at that event's severity: a later member of the same
+    incident, no more severe, is absorbed silently, as for a v2 row (no false 'escalated')."""
+    old, late = _contention(2)
+    outbox.ensure_outbox(con)
+    con.execute("INSERT INTO alert_outbox (event_id, channel, event_ids, payload, state, next_attempt_at, created_at) "
+                "VALUES (?, 'webhook', [?], '{}', 'sent', ?, ?)", [old.event_id, old.event_id, T0, T0])
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=[old, late], policy=FAST, now=Clock())
+    assert (res.queued, res.sent) == (0, 0), [r.json["incident"]["update"] for r in receiver.on("/webhook")]
+    worse = _contention(1, severity="high", first=5)
+    res = send_new_alerts(con, _config(receiver, slack=False), regressions=[old, late, *worse], policy=FAST, now=Clock())
+    assert (res.queued, res.sent) == (1, 1) and receiver.on("/webhook")[-1].json["incident"]["update"] == "escalated"
+
+
+def test_incident_ids_for_the_views_read_v1_rows_and_no_outbox(con):
+    assert outbox.incident_ids(con) == {}
+    con.execute("""CREATE TABLE alert_outbox (event_id VARCHAR NOT NULL, channel VARCHAR NOT NULL, event_ids VARCHAR[] NOT NULL,
+        payload VARCHAR NOT NULL, state VARCHAR NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at TIMESTAMPTZ NOT NULL, last_error VARCHAR, created_at TIMESTAMPTZ NOT NULL, sent_at TIMESTAMPTZ,
+        PRIMARY KEY (event_id, channel))""")
+    con.execute("INSERT INTO alert_outbox (event_id, channel, event_ids, payload, next_attempt_at, created_at) "
+                "VALUES ('group-1', 'slack', ['e1', 'e2'], '{}', ?, ?)", [T0, T0])
+    assert outbox.incident_ids(con) == {"e1": "e1", "e2": "e2"}  # v1: each event was its own alert's key
+    outbox.ensure_outbox(con)
+    outbox.enqueue(con, [("inc-b", "webhook", ["e2", "e3"], {}, "inc-b", "low")], T0 + dt.timedelta(hours=1))
+    assert outbox.incident_ids(con) == {"e1": "e1", "e2": "e2", "e3": "inc-b"}  # the first alert's id wins

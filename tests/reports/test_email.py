@@ -149,3 +149,10 @@ def test_report_email_shows_an_incident_first_with_its_members(fleet_db, smtp_se
     assert all(text.index(f"kernel:   kernel_{i}") > head for i in range(3))
     assert "\nBcc:" not in text and "Bcc" not in msg.keys()
     assert "in 3 incidents" in rep.subject or "incident" in rep.subject
+    # exactly: the open incidents, fewer than the open regressions they group
+    from analytics.store.report import day_window
+
+    ordered = render.incident_order(render.classify(fleet_regressions + members, *day_window(fleet.START.date())))
+    open_incidents = [x for x in ordered if x[1] != "resolved"]
+    open_regressions = [r for _, _, m in ordered for st, r in m if st != "resolved"]
+    assert f" in {len(open_incidents)} incident" in rep.subject and len(open_incidents) < len(open_regressions)

@@ -65,6 +65,13 @@ def test_contention_is_one_incident_and_one_message_per_channel_across_hourly_ru
     # re-running the last hour sends nothing
     again = run_hour(store, todo[-1], stages=("alert",), alert_config=cfg)
     assert (again.alerts.queued, again.alerts.sent) == (0, 0)
+    # the incident grew after its alert, yet analyze and the report name it as the alert did
+    out = CliRunner().invoke(app, ["analyze", "--db", str(tmp / "w.duckdb"), "--format", "json"])
+    [now] = [i for i in json.loads(out.output)["incidents"] if i["cause"] == "contention"]
+    assert now["incident_id"] == inc["incident_id"], (now["member_count"], inc["member_count"])
+    with store.reader() as con:
+        rep = render.build_report(con, (START + dt.timedelta(hours=HOURS - 1)).date())
+    assert f'id="i-{inc["incident_id"]}"' in rep.html
 
 
 def test_report_and_analyze_show_the_incident_first_with_its_members(contention):
@@ -88,3 +95,16 @@ def test_report_and_analyze_show_the_incident_first_with_its_members(contention)
     assert all(c > head for c in cards) and cards == sorted(cards)
     assert f"{inc['member_count']} regressions" in html[head:cards[0]]
     assert "INCIDENT" in rep.text and f"{inc['member_count']} regressions" in rep.text
+
+
+def test_analyze_csv_rows_carry_their_incident(contention):
+    tmp, _, _ = contention
+    out = CliRunner().invoke(app, ["analyze", "--db", str(tmp / "w.duckdb"), "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(out.output)))
+    as_json = json.loads(CliRunner().invoke(app, ["analyze", "--db", str(tmp / "w.duckdb"), "--format", "json"]).output)
+    assert [(r["event_id"], r["incident_id"]) for r in rows] == [(r["event_id"], r["incident_id"]) for r in as_json["regressions"]]
+    assert len({r["incident_id"] for r in rows}) < len(rows), "the contention incident groups several rows"
