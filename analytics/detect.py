@@ -65,8 +65,9 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
             if row["series"] == name:
                 open_here.setdefault(row["series_key"], []).append(row)
         keys = [sr.series_key(name, k) for k in mat.keys]
-        steps_of = _sequential_steps(mat, as_of, config) if _sequential(spec, config) else {}
-        recent = _in_window(mat, config.lookback_hours)
+        recent = _in_window(mat, config.lookback_hours)  # the others have vanished, whichever path tested them
+        seq = _sequential_steps(mat, as_of, config) if _sequential(spec, config) else {}
+        steps_of = {i: s for i, s in seq.items() if recent[i]}
         todo = recent & ~np.isin(np.arange(len(keys)), list(steps_of))
         short = _tail(mat, config.lookback_hours)
         if config.incremental and len(keys):

@@ -204,3 +204,18 @@ def test_detect_regressions_uses_the_sequential_path_with_exact_onsets(tmp_path)
     con = warehouse_with(tmp_path / "b", hours=216, step=(211, 211, 45.0))
     for h in range(210, 216):
         assert detect.detect_regressions(con, T0 + h * HR) == []
+
+
+def test_an_event_whose_series_vanished_is_resolved_on_the_sequential_path_too(tmp_path):
+    """A series with no data in the last ``lookback_hours`` is gone, whichever detector tested it
+    before: its open event ends at that run, as on the change-point path (a week of old history
+    in the longer sequential window does not keep it open)."""
+    from analytics import detect
+    from tests.analytics.test_detect import START as T0, H as HR, warehouse_with
+
+    con = warehouse_with(tmp_path, hours=216, step=(212, None, 6.0))
+    (reg,) = detect.detect_regressions(con, T0 + 214 * HR)
+    as_of = T0 + (216 + 169) * HR  # nothing in the last 168 h; 180 valid hours in the day's fit history
+    assert detect.detect_regressions(con, as_of) == []
+    status, ended = con.execute("SELECT status, ended_at FROM regressions WHERE event_id = ?", [reg.event_id]).fetchone()
+    assert (status, ended) == ("resolved", as_of)
