@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from analytics import noise_model as nm  # noqa: E402
+from analytics import online  # noqa: E402
 from analytics import sequential as sq  # noqa: E402
 from benchmarks import detection_rows as rows  # noqa: E402
 from simulator.corpus import make_corpus  # noqa: E402
@@ -104,8 +104,6 @@ def speed(n: int, seed: int, thresholds, cfg=sq.SequentialConfig()) -> dict:
     """Cost of the hourly update for n series on the loaded matrix: ``online.sequential_alarms`` as
     detect_regressions calls it (noise-model fit + scan; the product refits every run), and the
     scan alone with the day's model reused."""
-    from analytics import online
-
     L = online.lookback_hours(cfg)
     c = make_corpus(n, hours=L, seed=seed, step_fraction=0.05, improvement_fraction=0.05, onset_range=(L - 24, L - 4))
     t0 = time.perf_counter()
@@ -154,11 +152,11 @@ def main(argv=None) -> int:
         results[name] = score(a_steps, a_clean, steps, args.clean_series)
         notes[name] = f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
     k = args.old_series
-    name = CW
+    h_cw = tuple(thresholds[CW])
     full = "cudawatch detect_regressions on DuckDB (the whole hourly path, same thresholds)"
     t0 = time.perf_counter()
-    results[full] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, thresholds=tuple(thresholds[name])),
-                          rows.old_detect_regressions(clean.values[:k], HISTORY, thresholds=tuple(thresholds[name])),
+    results[full] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, thresholds=h_cw),
+                          rows.old_detect_regressions(clean.values[:k], HISTORY, thresholds=h_cw),
                           _sub(steps, k), k)
     notes[full] = f"{k} step + {k} clean series; {1e3 * (time.perf_counter() - t0) / (2 * k * (HOURS - HISTORY)):.1f} ms per series-run"
     old = "cudawatch detect_regressions, change points only (previous hourly path)"
@@ -200,8 +198,6 @@ def main(argv=None) -> int:
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nthresholds (GLR per window length m = 1..{cfg.max_window}): " + ", ".join(f2(x) for x in thresholds[CW]))
     if args.speed_series:
-        from analytics import online
-
         sp = speed(args.speed_series, 5, thresholds[CW], cfg)
         per = sp["full_s"] / sp["n"] * 1e6
         print(f"\n## Cost\n\n| what | series | time |\n|---|---|---|\n"
