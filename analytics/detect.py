@@ -65,18 +65,17 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
             if row["series"] == name:
                 open_here.setdefault(row["series_key"], []).append(row)
         keys = [sr.series_key(name, k) for k in mat.keys]
-        steps_of = _sequential_steps(mat, as_of, config) if _sequential(spec, config) else {}
-        recent = _in_window(mat, config.lookback_hours)
+        recent = _in_window(mat, config.lookback_hours)  # the others have vanished, whichever path tested them
+        seq = _sequential_steps(mat, as_of, config) if _sequential(spec, config) else {}
+        steps_of = {i: s for i, s in seq.items() if recent[i]}
         todo = recent & ~np.isin(np.arange(len(keys)), list(steps_of))
         short = _tail(mat, config.lookback_hours)
         if config.incremental and len(keys):
             screened = screen_tail(short.values, spec.bad, config.screen_z, window=config.window)
             todo &= screened | np.array([k in open_here for k in keys], dtype=bool)
+        off = mat.hours - short.hours  # find_steps indexes the short window; steps index ``mat``
         for i in np.flatnonzero(todo):
-            steps_of[i] = find_steps(short.values[i], bad=spec.bad, period=spec.period, config=config)
-            steps_of[i] = [replace(st, index=st.index + mat.hours - short.hours,
-                                   reverted_index=None if st.reverted_index is None else st.reverted_index + mat.hours - short.hours)
-                           for st in steps_of[i]]
+            steps_of[i] = [_shift(st, off) for st in find_steps(short.values[i], bad=spec.bad, period=spec.period, config=config)]
         for i, steps in steps_of.items():
             updates += update_open(open_here.pop(keys[i], []), steps, mat, i, as_of, config)
             for st in steps:
@@ -111,6 +110,10 @@ def _sequential_steps(mat, as_of: dt.datetime, config: DetectConfig) -> dict[int
         out[i] = [Step(int(al.onset[j]), float(al.before[j]), float(al.after[j]), float(al.magnitude_pct[j]),
                        float(np.exp(-min(float(al.stat[j]), 700.0))))]
     return out
+
+
+def _shift(st: Step, off: int) -> Step:
+    return replace(st, index=st.index + off, reverted_index=None if st.reverted_index is None else st.reverted_index + off)
 
 
 def _in_window(mat, hours: int) -> np.ndarray:

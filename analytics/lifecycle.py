@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analytics import online
 from analytics import sequential as sq
 from analytics.changepoint import detect_change_points
 from analytics.results import MAX_MAGNITUDE_PCT, Regression, size_pct
@@ -64,7 +65,7 @@ class DetectConfig:
     incremental: bool = True
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
     sequential: bool = True
-    seq_min_history: int = 168
+    seq_min_history: int = online.MIN_HISTORY_HOURS
     seq: sq.SequentialConfig = sq.SequentialConfig()
     thresholds: tuple[float, ...] = sq.DEFAULT_THRESHOLDS
 

@@ -1,9 +1,9 @@
 """The sequential detector on one family's loaded matrix, as the hourly path runs it.
 
 Pure numpy (no SQL, no clock). ``analytics.detect.detect_regressions`` loads every family's
-trailing ``LOOKBACK_HOURS`` (two weeks of history for the noise model + the 48 reference hours + the
-12-hour zone) and calls ``sequential_alarms`` on it; benchmarks/detection.py calls the same function
-on its corpus, so the benchmark's cudawatch row measures what the product runs.
+trailing ``lookback_hours()`` (two weeks of history for the noise model + the 48 reference hours +
+the 12-hour zone + 23 h) and calls ``sequential_alarms`` on it; benchmarks/detection.py calls the
+same function on its corpus, so the benchmark's cudawatch row measures what the product runs.
 
 - Which series: a row is tested here when it has at least ``min_history`` valid hours (positive
   values) in the history its noise model is fitted on and a usable model; the others go through
@@ -78,8 +78,8 @@ def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, th
     empty = SeqResult(np.zeros(0, dtype=int), _no_alarms(0), None)
     if n == 0 or T < M + R + 1:
         return empty
-    x = nm.to_log(values, bad)
     if model is None or rows is None:
+        x = nm.to_log(values, bad)
         a = fit_anchor(T, last_hour_of_day, config)
         lo = max(0, a - config.fit_hours)
         enough = np.count_nonzero(~np.isnan(x[:, lo:a]), axis=1) >= min_history
@@ -87,7 +87,7 @@ def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, th
         if rows.size == 0:
             return empty
         with np.errstate(invalid="ignore", divide="ignore"):  # flat rows (a constant share) get no model
-            model = nm.fit_noise_model(x[rows, lo:a], hod[lo:a], nu=config.nu)
+            model = sq.fit(x[rows, :a], hod[:a], config)
         keep = model.ok & (np.nan_to_num(model.scale) >= MIN_SCALE)
         rows, model = rows[keep], _subset(model, keep)
         if rows.size == 0:

@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from analytics import noise_model as nm  # noqa: E402
+from analytics import online  # noqa: E402
 from analytics import sequential as sq  # noqa: E402
 from benchmarks import detection_rows as rows  # noqa: E402
 from simulator.corpus import make_corpus  # noqa: E402
@@ -104,8 +104,6 @@ def speed(n: int, seed: int, thresholds, cfg=sq.SequentialConfig()) -> dict:
     """Cost of the hourly update for n series on the loaded matrix: ``online.sequential_alarms`` as
     detect_regressions calls it (noise-model fit + scan; the product refits every run), and the
     scan alone with the day's model reused."""
-    from analytics import online
-
     L = online.lookback_hours(cfg)
     c = make_corpus(n, hours=L, seed=seed, step_fraction=0.05, improvement_fraction=0.05, onset_range=(L - 24, L - 4))
     t0 = time.perf_counter()
@@ -118,6 +116,20 @@ def speed(n: int, seed: int, thresholds, cfg=sq.SequentialConfig()) -> dict:
     return {"n": n, "fit_s": full_s - scan_s, "scan_s": scan_s, "full_s": full_s, "alarms": int(res.alarms.alarm.sum())}
 
 
+def history_sweep(n: int, seed: int, histories=(192, 264, 384), cfg=sq.SequentialConfig()) -> dict[int, tuple[int, float]]:
+    """False alarms of the hourly path at ``DEFAULT_THRESHOLDS`` on ``n`` clean series with
+    ``history`` hours before 7 days of hourly runs (the measurement behind
+    ``online.MIN_HISTORY_HOURS``, docs/detection.md): history -> (alerts, per 1,000 series-days)."""
+    out = {}
+    for hist in histories:
+        c = make_corpus(n, hours=hist + 24 * DAYS, seed=seed, step_fraction=0.0, improvement_fraction=0.1,
+                        onset_range=(hist + 12, hist + 24 * DAYS - 13))
+        alerts = rows.alerts_from_stats(*rows.product_stats(c.values, hist, cfg), sq.DEFAULT_THRESHOLDS, cfg)
+        fp = sum(len(a) for a in alerts)
+        out[hist] = (fp, 1000.0 * fp / (n * DAYS))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
@@ -127,8 +139,15 @@ def main(argv=None) -> int:
     ap.add_argument("--old-series", type=int, default=300, help="step and clean series each for detect_regressions")
     ap.add_argument("--slow-series", type=int, default=150, help="step and clean series each for Otava and PELT")
     ap.add_argument("--speed-series", type=int, default=100_000)
+    ap.add_argument("--history-sweep", type=int, default=0, help="only the history sweep on this many clean series (seed 32)")
     ap.add_argument("--target", type=float, default=0.5, help="calibration target, false alarms per 1,000 series-days")
     args = ap.parse_args(argv)
+    if args.history_sweep:
+        print("| history before the runs | false alarms | per 1,000 series-days |\n|---|---|---|")
+        for hist, (fp, rate) in history_sweep(args.history_sweep, 32).items():
+            print(f"| {hist} h | {fp} | {rate:.2f} |")
+        print(f"\n({args.history_sweep} clean series, seed 32, {DAYS} days of hourly runs, DEFAULT_THRESHOLDS)")
+        return 0
     if args.quick:
         args.cal_series, args.clean_series, args.step_series, args.old_series, args.slow_series, args.speed_series = 800, 600, 400, 40, 10, 5000
 
@@ -154,11 +173,11 @@ def main(argv=None) -> int:
         results[name] = score(a_steps, a_clean, steps, args.clean_series)
         notes[name] = f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
     k = args.old_series
-    name = CW
+    h_cw = tuple(thresholds[CW])
     full = "cudawatch detect_regressions on DuckDB (the whole hourly path, same thresholds)"
     t0 = time.perf_counter()
-    results[full] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, thresholds=tuple(thresholds[name])),
-                          rows.old_detect_regressions(clean.values[:k], HISTORY, thresholds=tuple(thresholds[name])),
+    results[full] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, thresholds=h_cw),
+                          rows.old_detect_regressions(clean.values[:k], HISTORY, thresholds=h_cw),
                           _sub(steps, k), k)
     notes[full] = f"{k} step + {k} clean series; {1e3 * (time.perf_counter() - t0) / (2 * k * (HOURS - HISTORY)):.1f} ms per series-run"
     old = "cudawatch detect_regressions, change points only (previous hourly path)"
@@ -200,8 +219,6 @@ def main(argv=None) -> int:
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nthresholds (GLR per window length m = 1..{cfg.max_window}): " + ", ".join(f2(x) for x in thresholds[CW]))
     if args.speed_series:
-        from analytics import online
-
         sp = speed(args.speed_series, 5, thresholds[CW], cfg)
         per = sp["full_s"] / sp["n"] * 1e6
         print(f"\n## Cost\n\n| what | series | time |\n|---|---|---|\n"

@@ -1,13 +1,14 @@
 """The rows of the detection benchmark: each replays the hourly protocol on a corpus and returns,
 per series, its alerts as (onset hour, run hour) pairs. Used by benchmarks/detection.py.
 
-- ``sequential_stats`` / ``oracle_stats``: the product's sequential detector (analytics.sequential:
-  ``fit`` once a day, ``scan`` every hour, the functions ``detect_hourly`` composes), and the same
-  GLR with the corpus' true noise model (the oracle rows). Their statistics are thresholded with
+- ``product_stats`` / ``oracle_stats``: the product's hourly path on the loaded matrix
+  (analytics.online: the day's noise model, ``scan_stats`` every hour), and the same GLR with the
+  corpus' true noise model (the oracle rows). Their statistics are thresholded with
   ``alerts_from_stats`` (thresholds from analytics.calibration).
-- ``old_detect_regressions``: the product's previous hourly path, ``analytics.detect.detect_regressions``,
-  run hour by hour on a real DuckDB warehouse (the series are bulk-loaded into the raw ``kernels``
-  table; the views, the loading and the detection are the product's).
+- ``old_detect_regressions``: ``analytics.detect.detect_regressions`` itself (with DetectConfig
+  fields: ``sequential=False`` is the previous, change-point-only path), run hour by hour on a real
+  DuckDB warehouse (the series are bulk-loaded into the raw ``kernels`` table; the rollups, the
+  loading and the detection are the product's).
 - ``competitor``: Otava, ruptures PELT on the trailing 168 hours each run, and the EWMA rule, with
   the same 2 % floor and the same one-alert-per-event rule.
 """
@@ -20,6 +21,7 @@ import numpy as np
 
 from analytics import calibration as cal
 from analytics import noise_model as nm
+from analytics import online
 from analytics import sequential as sq
 
 HOLD = 72  # alarms of a series within this many hours of an alert's onset are that alert
@@ -45,15 +47,6 @@ def _replay(x, start, cfg, model_at, mean_at=None):
     return runs, S, V, Z
 
 
-def sequential_stats(values, start, cfg=sq.SequentialConfig()):
-    """Hourly replay of the pure detector: the noise model refitted every 24 runs on the history
-    before the zone, the zone scanned every run."""
-    x = nm.to_log(values)
-    hod = np.arange(x.shape[1]) % 24
-    M = cfg.max_window
-    return _replay(x, start, cfg, lambda t: sq.fit(x[:, : t + 1 - M], hod[: t + 1 - M], cfg))
-
-
 def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
     """Hourly replay of the product's hourly path on the loaded matrix: every run gives
     ``analytics.online`` the trailing ``online.lookback_hours`` (what detect_regressions loads),
@@ -62,8 +55,6 @@ def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
     are ``online.scan_stats`` of that run — what ``sequential_alarms`` thresholds with
     ``analytics.sequential.alarm_rule``. Series the path does not test never alarm here (the
     product sends them to the change points)."""
-    from analytics import online
-
     n, hours = values.shape
     L = online.lookback_hours(cfg)
     runs = np.arange(start, hours)

@@ -48,8 +48,9 @@ _SHARE_SQL = """
              j AS (SELECT hour, job, sum(num) AS total FROM k GROUP BY ALL),
              keys AS (SELECT job, kernel_id, any_value(kernel) AS kernel FROM k GROUP BY ALL)
         SELECT j.hour, keys.job, keys.kernel, keys.kernel_id, NULL::VARCHAR AS gpu_uuid, NULL::VARCHAR AS signature,
-               (coalesce(k.num, 0) / nullif(j.total, 0))::DOUBLE AS value, coalesce(k.launches, 0)::DOUBLE AS weight
+               {value}::DOUBLE AS value, coalesce(k.launches, 0)::DOUBLE AS weight
         FROM keys JOIN j USING (job) LEFT JOIN k ON k.hour = j.hour AND k.job = keys.job AND k.kernel_id = keys.kernel_id"""
+_SHARE = "(coalesce(k.num, 0) / nullif(j.total, 0))"
 
 SPECS: tuple[SeriesSpec, ...] = (
     # Mean per-launch duration of one launch configuration of a kernel.
@@ -68,15 +69,14 @@ SPECS: tuple[SeriesSpec, ...] = (
     # A kernel's share of its job's GPU time and of its job's launches in each hour (0 in hours the
     # job ran without it). Shares cancel the job's load (diurnal cycles, more or fewer GPUs), so they
     # need no seasonal model: they catch new kernels, more launches and costlier launch configurations.
-    SeriesSpec("kernel_time_share", +1, None, 0.0, True, _SHARE_SQL.format(num="total_ns")),
-    SeriesSpec("kernel_launch_share", +1, None, 0.0, True, _SHARE_SQL.format(num="launches")),
+    SeriesSpec("kernel_time_share", +1, None, 0.0, True, _SHARE_SQL.format(num="total_ns", value=_SHARE)),
+    SeriesSpec("kernel_launch_share", +1, None, 0.0, True, _SHARE_SQL.format(num="launches", value=_SHARE)),
     # Presence of a kernel in the hours its job ran: 1 when it launched, 0 when the job ran without
     # it. A kernel that ran every hour and stops (a code path removed, a fused kernel replaced)
     # falls to 0, which no share series shows as bad (its share falls, the others' rise a little).
     # A 0/1 series: change points only.
-    SeriesSpec("kernel_presence", -1, None, 0.0, True, _SHARE_SQL.replace(
-        "(coalesce(k.num, 0) / nullif(j.total, 0))::DOUBLE", "(coalesce(k.launches, 0) > 0)::DOUBLE").format(num="launches"),
-        sequential=False),
+    SeriesSpec("kernel_presence", -1, None, 0.0, True,
+               _SHARE_SQL.format(num="launches", value="(coalesce(k.launches, 0) > 0)"), sequential=False),
     # GPU busy seconds per hour of a job (load-driven: analysed once three days allow a daily profile).
     SeriesSpec("job_gpu_busy_s", +1, 24, 0.0, False, """
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,

@@ -68,3 +68,40 @@ def test_clean_fleet_raises_nothing_in_a_day_of_hourly_runs(tmp_path, seed):
     for h in range(HOURS - 24, HOURS):
         raised += run_hour(st, START + h * H).regressions
     assert raised == [], [r.to_json() for r in raised]
+
+
+def _intermittent_job(root, hours, seed, present=0.8):
+    """Shards of one job on two GPUs: a GEMM every hour and an evaluation kernel in a random
+    ``present`` share of the hours (clean: nothing changes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cudawatch import shards as sh
+
+    rng = np.random.default_rng(seed)
+    for h in range(hours):
+        ts, rows = START + h * H, []
+        kernels = [("gemm", 100_000.0, 5000)] + ([("eval_softmax", 20_000.0, 800)] if rng.random() < present else [])
+        for gpu in range(2):
+            for name, base, launches in kernels:
+                mean, n = base * (1 + rng.normal(0, 0.01)), int(launches + rng.normal(0, 20))
+                rows.append(dict(window_start=ts, window_s=3600, host="h1", gpu_uuid=f"GPU-{gpu}", gpu_index=gpu, gpu_model="H200",
+                                 job="train", run_id="r1", pid=100 + gpu, kernel=name, kernel_id=sh.kernel_id_of(name), grid_x=128,
+                                 grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1, registers_per_thread=32, shared_mem_bytes=0,
+                                 launches=n, total_ns=int(mean * n), min_ns=int(mean * 0.9), max_ns=int(mean * 1.1),
+                                 sumsq_ns2=mean * mean * n, sampling_duty=1.0))
+        sh.write_shard(root, "kernels", pa.Table.from_pylist(rows), ts, host="h1", pid=1)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known false alarm: kernel_presence on a kernel that runs in 80 % of hours at random raises a -100 % "
+    "event (change points on 0/1 data, median levels 1 -> 0); 6 of 20 clean seeds in 24 hourly runs; docs/detection.md"))
+def test_an_intermittent_kernel_is_not_a_vanished_kernel(tmp_path):
+    from analytics import detect
+
+    _intermittent_job(tmp_path / "shards", 120, seed=3)
+    st = Store(tmp_path / "w.duckdb")
+    with st.writer() as con:
+        ingest_shards(tmp_path / "shards", con)
+        raised = {(r.series, r.kernel) for h in range(96, 120) for r in detect.detect_regressions(con, START + h * H)}
+    assert ("kernel_presence", "eval_softmax") not in raised, raised

@@ -204,3 +204,36 @@ def test_detect_regressions_uses_the_sequential_path_with_exact_onsets(tmp_path)
     con = warehouse_with(tmp_path / "b", hours=216, step=(211, 211, 45.0))
     for h in range(210, 216):
         assert detect.detect_regressions(con, T0 + h * HR) == []
+
+
+def test_an_event_whose_series_vanished_is_resolved_on_the_sequential_path_too(tmp_path):
+    """A series with no data in the last ``lookback_hours`` is gone, whichever detector tested it
+    before: its open event ends at that run, as on the change-point path (a week of old history
+    in the longer sequential window does not keep it open)."""
+    from analytics import detect
+    from tests.analytics.test_detect import START as T0, H as HR, warehouse_with
+
+    con = warehouse_with(tmp_path, hours=216, step=(212, None, 6.0))
+    (reg,) = detect.detect_regressions(con, T0 + 214 * HR)
+    as_of = T0 + (216 + 169) * HR  # nothing in the last 168 h; 180 valid hours in the day's fit history
+    assert detect.detect_regressions(con, as_of) == []
+    status, ended = con.execute("SELECT status, ended_at FROM regressions WHERE event_id = ?", [reg.event_id]).fetchone()
+    assert (status, ended) == ("resolved", as_of)
+
+
+def test_product_path_a_later_run_of_the_day_refits_the_model_of_the_days_first_run():
+    """The product refits every run; the benchmark reuses the hour-0 model for the day. Both give
+    the same model and the same alarms because the fit history ends at the zone of hour 0."""
+    v = series(n=6, hours=HIST + 24, seed=23, cycle=0.02)  # column c is at hour of day c % 24
+    e0 = 17 * 24  # a column at hour 0
+    v[:, e0 + 3 :] *= 1.05
+    first = product(v[:, e0 + 1 - HIST : e0 + 1], last_hod=0)  # the day's first run: no step yet
+    later = v[:, e0 + 8 - HIST : e0 + 8]  # the run of hour 7, same window length
+    refit = product(later, last_hod=7)
+    reused = product(later, last_hod=7, model=first.model, rows=first.rows)
+    assert refit.rows.tolist() == first.rows.tolist() == list(range(6))
+    for f in ("phi", "scale", "season", "hours"):
+        np.testing.assert_array_equal(getattr(refit.model, f), getattr(first.model, f))
+    assert refit.alarms.alarm.all() and not first.alarms.alarm.any()
+    assert (refit.alarms.onset == reused.alarms.onset).all() and (refit.alarms.onset == HIST - 5).all()
+    np.testing.assert_array_equal(refit.alarms.stat, reused.alarms.stat)
