@@ -3,6 +3,8 @@
   python benchmarks/memory.py train --seconds 20           # the training loop alone (used under cudawatch collect)
   python benchmarks/memory.py measure --seconds 150 --json mem.json [--no-collector]
   python benchmarks/memory.py cycles --cycles 60           # RSS kept per CUPTI detach/attach cycle
+  CUDAWATCH_MAX_OVERHEAD_PCT=50 python benchmarks/memory.py measure --seconds 90 [--no-trim] [--py-heap]
+      # many detach/attach cycles (a ~1.2 s period) through the product path: RSS kept per cycle
 
 ``measure`` starts the collector in-process (default settings, 60 s windows unless
 CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
@@ -12,6 +14,9 @@ peak growth, the collector's open signatures, the traced fraction actually used 
 records delivered, without timestamps and dropped, and the shard volume: bytes actually written, and an
 extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
 repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
+It also reports the detach/attach cycles (on-phases) and the RSS slope per cycle. ``--no-trim``
+turns off the collector's ``malloc_trim`` after each detach; ``--py-heap`` traces the Python heap
+(``tracemalloc``) so growth can be split into Python objects and native memory (CUPTI, glibc).
 """
 
 from __future__ import annotations
@@ -84,17 +89,29 @@ def day_volume(root: Path, tmp: Path) -> dict:
     return out
 
 
-def measure(seconds: float, collect: bool) -> dict:
+def measure(seconds: float, collect: bool, *, trim: bool = True, py_heap: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
     session = None
     rss0 = gpu_workloads.rss_mib()
+    if py_heap:
+        import tracemalloc
+
+        tracemalloc.start(8)
     if collect:
         import collector
+
+        if not trim:
+            import collector.tracer
+
+            collector.tracer.trim_heap = lambda: 0
 
         session = collector.start(job="memory-bench", out=root)
         if not session.active:
             raise SystemExit(f"collector did not start: {session.reason}")
+    wall0 = time.time()
     samples: list[tuple[float, float]] = []
+    heap: list[tuple[float, float]] = []  # (t, Python heap MiB) with --py-heap
+    snaps = []
     sigs: list[int] = []
     stop = threading.Event()
     t0 = time.monotonic()
@@ -102,6 +119,10 @@ def measure(seconds: float, collect: bool) -> dict:
     def sampler():
         while not stop.wait(2.0):
             samples.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
+            if py_heap:
+                heap.append((samples[-1][0], tracemalloc.get_traced_memory()[0] / 2**20))
+                if not snaps and samples[-1][0] >= 0.2 * seconds:
+                    snaps.append(tracemalloc.take_snapshot())
             if session is not None:
                 sigs.append(session.agg.signatures())
 
@@ -115,7 +136,20 @@ def measure(seconds: float, collect: bool) -> dict:
     tail = [p for p in samples if p[0] >= 0.2 * seconds]
     result["rss_slope_mib_per_min"] = _slope(tail)
     result["rss_growth_after_warmup_mib"] = (tail[-1][1] - tail[0][1]) if tail else None
+    if py_heap:
+        result["py_heap_slope_mib_per_min"] = _slope([p for p in heap if p[0] >= 0.2 * seconds])
+        if snaps:
+            top = tracemalloc.take_snapshot().compare_to(snaps[0], "lineno")[:8]
+            result["py_heap_top_growth"] = [str(s_) for s_ in top]
+        tracemalloc.stop()
     if session is not None:
+        on_t = [d[0] for d in session.duty_log if d[0] - wall0 >= 0.2 * seconds]
+        result["cycles"] = len(session.duty_log)
+        result["trim"] = trim
+        if len(on_t) >= 2:
+            per_min = 60.0 * (len(on_t) - 1) / (on_t[-1] - on_t[0])
+            result["cycles_per_min_after_warmup"] = per_min
+            result["rss_mib_per_cycle"] = result["rss_slope_mib_per_min"] / per_min
         result["records"] = session.agg.records_total
         result["max_open_signatures"] = max(sigs) if sigs else None
         result["controller_duty_at_end"] = session.controller.duty
@@ -177,6 +211,8 @@ def main() -> None:
     m = sub.add_parser("measure")
     m.add_argument("--seconds", type=float, default=150)
     m.add_argument("--no-collector", action="store_true")
+    m.add_argument("--no-trim", action="store_true", help="no malloc_trim after each detach")
+    m.add_argument("--py-heap", action="store_true", help="trace the Python heap with tracemalloc")
     m.add_argument("--json")
     c = sub.add_parser("cycles")
     c.add_argument("--cycles", type=int, default=60)
@@ -187,7 +223,7 @@ def main() -> None:
     if a.cmd == "train":
         print(f"steps {train(a.seconds, log_every=200)}")
         return
-    res = measure(a.seconds, not a.no_collector)
+    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, py_heap=a.py_heap)
     print(json.dumps({k: v for k, v in res.items() if k != "rss_samples"}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))

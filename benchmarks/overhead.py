@@ -204,7 +204,9 @@ def probe() -> dict:
     return res
 
 
-def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str]) -> dict:
+def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str], checkpoint: str | None = None) -> dict:
+    """Interleaved reps; with ``checkpoint`` the runs so far are written there after every worker
+    (a long run cut short by a device limit keeps its finished reps)."""
     runs = []
     for rep in range(reps):
         order = modes[rep % len(modes):] + modes[: rep % len(modes)]
@@ -218,6 +220,9 @@ def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str]) ->
             res = json.loads(p.stdout.strip().splitlines()[-1])
             res["rep"] = rep
             runs.append(res)
+            if checkpoint:
+                with open(checkpoint, "w") as fh:
+                    json.dump({"runs": runs, "reps_done": rep, "seconds": seconds, "warmup": warmup_s}, fh)
             print(f"rep {rep} {mode}: " + ", ".join(f"{w} {r['s_per_step']*1e3:.3f} ms" for w, r in res["results"].items())
                   + (f" est {[round(r.get('est_overhead_pct') or 0, 2) for r in res['results'].values()]}" if mode.startswith("cudawatch") else ""),
                   file=sys.stderr, flush=True)
@@ -324,7 +329,8 @@ def main() -> None:
         if a.cmd == "worker":
             print(json.dumps(worker(a.mode, workloads, a.seconds, a.warmup)))
             return
-        result = run(a.reps, a.seconds, a.warmup, [m for m in a.modes.split(",") if m], workloads)
+        result = run(a.reps, a.seconds, a.warmup, [m for m in a.modes.split(",") if m], workloads,
+                     checkpoint=a.json + ".partial" if a.json else None)
     md = markdown(result)
     print(md)
     if a.json:
