@@ -3,8 +3,8 @@
   python benchmarks/memory.py train --seconds 20           # the training loop alone (used under cudawatch collect)
   python benchmarks/memory.py measure --seconds 150 --json mem.json [--no-collector]
   python benchmarks/memory.py cycles --cycles 60           # RSS kept per CUPTI detach/attach cycle
-  CUDAWATCH_MAX_OVERHEAD_PCT=50 python benchmarks/memory.py measure --seconds 90 [--no-trim] [--py-heap]
-      # many detach/attach cycles (a ~1.2 s period) through the product path: RSS kept per cycle
+  CUDAWATCH_MAX_OVERHEAD_PCT=50 python benchmarks/memory.py measure --seconds 90 --duty 0.1 [--no-trim]
+      # many detach/attach cycles (a ~1.2 s period, duty pinned) through the product path: RSS kept per cycle
 
 ``measure`` starts the collector in-process (default settings, 60 s windows unless
 CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
@@ -14,9 +14,12 @@ peak growth, the collector's open signatures, the traced fraction actually used 
 records delivered, without timestamps and dropped, and the shard volume: bytes actually written, and an
 extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
 repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
-It also reports the detach/attach cycles (on-phases) and the RSS slope per cycle. ``--no-trim``
-turns off the collector's ``malloc_trim`` after each detach; ``--py-heap`` traces the Python heap
-(``tracemalloc``) so growth can be split into Python objects and native memory (CUPTI, glibc).
+It also reports the detach/attach cycles and the RSS slope per cycle, and the slope of Python's
+allocated blocks (``sys.getallocatedblocks``, cheap) so growth can be told apart: Python objects or
+native memory (CUPTI, glibc). ``--duty`` pins the traced fraction (the controller would otherwise
+go to full tracing, i.e. no cycles, when the budget allows it); ``--no-trim`` turns off the
+collector's ``malloc_trim`` after each detach. (``tracemalloc`` was tried on the H200 and dropped:
+it slowed the loop 2x and its own bookkeeping dominated the RSS.)
 """
 
 from __future__ import annotations
@@ -89,14 +92,12 @@ def day_volume(root: Path, tmp: Path) -> dict:
     return out
 
 
-def measure(seconds: float, collect: bool, *, trim: bool = True, py_heap: bool = False) -> dict:
+def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | None = None) -> dict:
+    import sys
+
     root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
     session = None
     rss0 = gpu_workloads.rss_mib()
-    if py_heap:
-        import tracemalloc
-
-        tracemalloc.start(8)
     if collect:
         import collector
 
@@ -108,10 +109,13 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, py_heap: bool =
         session = collector.start(job="memory-bench", out=root)
         if not session.active:
             raise SystemExit(f"collector did not start: {session.reason}")
+        if duty is not None:  # benchmark only: hold the traced fraction so every period cycles
+            ctl = session.controller
+            ctl.duty = duty
+            ctl.update = lambda est: ctl.duty
     wall0 = time.time()
     samples: list[tuple[float, float]] = []
-    heap: list[tuple[float, float]] = []  # (t, Python heap MiB) with --py-heap
-    snaps = []
+    blocks: list[tuple[float, float]] = []  # (t, Python allocator blocks in thousands)
     sigs: list[int] = []
     stop = threading.Event()
     t0 = time.monotonic()
@@ -119,10 +123,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, py_heap: bool =
     def sampler():
         while not stop.wait(2.0):
             samples.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
-            if py_heap:
-                heap.append((samples[-1][0], tracemalloc.get_traced_memory()[0] / 2**20))
-                if not snaps and samples[-1][0] >= 0.2 * seconds:
-                    snaps.append(tracemalloc.take_snapshot())
+            blocks.append((samples[-1][0], sys.getallocatedblocks() / 1e3))
             if session is not None:
                 sigs.append(session.agg.signatures())
 
@@ -136,16 +137,13 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, py_heap: bool =
     tail = [p for p in samples if p[0] >= 0.2 * seconds]
     result["rss_slope_mib_per_min"] = _slope(tail)
     result["rss_growth_after_warmup_mib"] = (tail[-1][1] - tail[0][1]) if tail else None
-    if py_heap:
-        result["py_heap_slope_mib_per_min"] = _slope([p for p in heap if p[0] >= 0.2 * seconds])
-        if snaps:
-            top = tracemalloc.take_snapshot().compare_to(snaps[0], "lineno")[:8]
-            result["py_heap_top_growth"] = [str(s_) for s_ in top]
-        tracemalloc.stop()
+    result["py_blocks_k_per_min"] = _slope([p for p in blocks if p[0] >= 0.2 * seconds])
     if session is not None:
-        on_t = [d[0] for d in session.duty_log if d[0] - wall0 >= 0.2 * seconds]
-        result["cycles"] = len(session.duty_log)
+        # a log entry is a detach/attach cycle only if the on-phase paused (cycle_s > 0)
+        on_t = [d[0] for d in session.duty_log if d[5] > 0 and d[0] - wall0 >= 0.2 * seconds]
+        result["cycles"] = sum(1 for d in session.duty_log if d[5] > 0)
         result["trim"] = trim
+        result["duty_pinned"] = duty
         if len(on_t) >= 2:
             per_min = 60.0 * (len(on_t) - 1) / (on_t[-1] - on_t[0])
             result["cycles_per_min_after_warmup"] = per_min
@@ -212,7 +210,7 @@ def main() -> None:
     m.add_argument("--seconds", type=float, default=150)
     m.add_argument("--no-collector", action="store_true")
     m.add_argument("--no-trim", action="store_true", help="no malloc_trim after each detach")
-    m.add_argument("--py-heap", action="store_true", help="trace the Python heap with tracemalloc")
+    m.add_argument("--duty", type=float, help="pin the traced fraction (benchmark only), so every period cycles")
     m.add_argument("--json")
     c = sub.add_parser("cycles")
     c.add_argument("--cycles", type=int, default=60)
@@ -223,7 +221,7 @@ def main() -> None:
     if a.cmd == "train":
         print(f"steps {train(a.seconds, log_every=200)}")
         return
-    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, py_heap=a.py_heap)
+    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, duty=a.duty)
     print(json.dumps({k: v for k, v in res.items() if k != "rss_samples"}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
