@@ -82,13 +82,15 @@ SPECS: tuple[SeriesSpec, ...] = (
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
                NULL::VARCHAR AS signature, gpu_busy_s::DOUBLE AS value, launches::DOUBLE AS weight
         FROM job_hourly WHERE hour > ? AND hour <= ?"""),
-    # Share of a job's GPU time its kernels kept the GPUs busy: busy seconds / (GPUs that reported
-    # in the hour x 3600 s). It falls when the GPUs wait between kernels (idle gaps: host- or
-    # input-bound) or when a kernel stops running while the wall time stays: a fall is bad. Daily
+    # Share of a job's GPU time its kernels kept the GPUs busy: busy seconds / the GPU seconds the
+    # collectors observed in the hour (job_hourly.observed_gpu_s: kernel and health windows per
+    # GPU, so a GPU watched for part of an hour is not a fall). It falls when the GPUs wait between
+    # kernels (idle gaps: host- or input-bound) or when a kernel stops running while the wall time
+    # stays: a fall is bad. Daily
     # cycle (inference load): analysed from three days of data on, like job_gpu_busy_s.
     SeriesSpec("job_busy_share", -1, 24, 0.0, False, """
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
-               NULL::VARCHAR AS signature, (gpu_busy_s / nullif(gpus * 3600.0, 0))::DOUBLE AS value, launches::DOUBLE AS weight
+               NULL::VARCHAR AS signature, (gpu_busy_s / nullif(observed_gpu_s, 0))::DOUBLE AS value, launches::DOUBLE AS weight
         FROM job_hourly WHERE hour > ? AND hour <= ?"""),
     # Copy time per byte of a job's memory copies of one kind (HtoD, DtoH, ...): pageable host
     # memory or a slower link shows here. The copy kind is reported as the signature.
