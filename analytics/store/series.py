@@ -29,6 +29,9 @@ class SeriesSpec:
     sql: rows for hours in (? , ?] (start exclusive, end inclusive).
     sequential: the hourly path may test it with the sequential detector once it has a week of
     history (False: change points only, e.g. clocks pinned at discrete values).
+    steps: how a step is found off the sequential path: "level" (change points) or "absence" (a 0/1
+    series whose current run of zeros is longer than its history makes plausible:
+    analytics.presence).
     """
 
     name: str
@@ -38,6 +41,7 @@ class SeriesSpec:
     kernel_level: bool
     sql: str
     sequential: bool = True
+    steps: str = "level"
 
 
 _COLS = "hour, job, kernel, kernel_id, gpu_uuid, signature, value, weight"
@@ -74,9 +78,10 @@ SPECS: tuple[SeriesSpec, ...] = (
     # Presence of a kernel in the hours its job ran: 1 when it launched, 0 when the job ran without
     # it. A kernel that ran every hour and stops (a code path removed, a fused kernel replaced)
     # falls to 0, which no share series shows as bad (its share falls, the others' rise a little).
-    # A 0/1 series: change points only.
+    # A 0/1 series: neither change points nor the sequential detector, but the absent-run rule of
+    # analytics.presence (a kernel that runs in some hours only is not a vanished kernel).
     SeriesSpec("kernel_presence", -1, None, 0.0, True,
-               _SHARE_SQL.format(num="launches", value="(coalesce(k.launches, 0) > 0)"), sequential=False),
+               _SHARE_SQL.format(num="launches", value="(coalesce(k.launches, 0) > 0)"), sequential=False, steps="absence"),
     # GPU busy seconds per hour of a job (load-driven: analysed once three days allow a daily profile).
     SeriesSpec("job_gpu_busy_s", +1, 24, 0.0, False, """
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
