@@ -124,6 +124,8 @@ class Window:
     gpu_kernels: (gpu_uuid, kernel_id) -> (launches, total_ns), for per-GPU comparisons.
     busy_s: the job's kernel time; wall_s: the process-GPU seconds its collectors observed.
     other_busy_s / other_jobs: kernel time and number of other jobs on the job's GPUs.
+    gpu_wall_s / gpu_other_busy_s: per GPU uuid, the job's observed process-GPU seconds and the
+    other jobs' kernel seconds on it (which GPU a contention is on).
     """
 
     start: dt.datetime
@@ -140,6 +142,8 @@ class Window:
     other_jobs: int = 0
     records: int = 0
     dropped_records: int = 0
+    gpu_wall_s: Mapping[str, float] = field(default_factory=dict)
+    gpu_other_busy_s: Mapping[str, float] = field(default_factory=dict)
     #: Per UTC hour: the job's kernel seconds, observed process-GPU seconds and launches, so rules can
     #: compare an hour with the same hour a day earlier (inference load follows the time of day).
     hourly_busy_s: Mapping[dt.datetime, float] = field(default_factory=dict)

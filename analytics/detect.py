@@ -22,7 +22,9 @@ from dataclasses import replace
 import numpy as np
 
 from analytics import online
-from analytics.lifecycle import MAX_MAGNITUDE_PCT, Candidate, DetectConfig, Step, candidate, dedup, find_steps, update_open
+from analytics.lifecycle import (MAX_MAGNITUDE_PCT, Candidate, DetectConfig, Step, candidate, dedup, find_absence, find_steps,
+                                 update_open)
+from analytics.presence import absent_now
 from analytics.results import Regression
 from analytics.store import regressions as events
 from analytics.store import series as sr
@@ -70,12 +72,15 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
         steps_of = {i: s for i, s in seq.items() if recent[i]}
         todo = recent & ~np.isin(np.arange(len(keys)), list(steps_of))
         short = _tail(mat, config.lookback_hours)
+        absence = spec.steps == "absence"
         if config.incremental and len(keys):
-            screened = screen_tail(short.values, spec.bad, config.screen_z, window=config.window)
+            screened = absent_now(short.values) if absence else screen_tail(short.values, spec.bad, config.screen_z, window=config.window)
             todo &= screened | np.array([k in open_here for k in keys], dtype=bool)
         off = mat.hours - short.hours  # find_steps indexes the short window; steps index ``mat``
         for i in np.flatnonzero(todo):
-            steps_of[i] = [_shift(st, off) for st in find_steps(short.values[i], bad=spec.bad, period=spec.period, config=config)]
+            found = (find_absence(short.values[i], config=config) if absence
+                     else find_steps(short.values[i], bad=spec.bad, period=spec.period, config=config))
+            steps_of[i] = [_shift(st, off) for st in found]
         for i, steps in steps_of.items():
             updates += update_open(open_here.pop(keys[i], []), steps, mat, i, as_of, config)
             for st in steps:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analytics import online
+from analytics import online, presence
 from analytics import sequential as sq
 from analytics.changepoint import detect_change_points
 from analytics.results import MAX_MAGNITUDE_PCT, Regression, size_pct
@@ -20,7 +20,7 @@ from analytics.store.regressions import OPEN
 from analytics.trend import severity_of
 
 
-__all__ = ["MAX_MAGNITUDE_PCT", "DetectConfig", "Step", "find_steps", "Candidate", "candidate", "update_open", "dedup"]
+__all__ = ["MAX_MAGNITUDE_PCT", "DetectConfig", "Step", "find_steps", "find_absence", "Candidate", "candidate", "update_open", "dedup"]
 
 #: Preference when several series show one event of the same kernel (most specific first).
 _PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3, "kernel_presence": 3,
@@ -47,6 +47,7 @@ class DetectConfig:
     sequential: series with ``seq_min_history`` valid hours of history (and a spec that allows it)
     go through the sequential detector (analytics.online) with ``seq`` and ``thresholds``; the
     others through the change points above. False: change points for every series.
+    presence_alpha: false-alarm rate per series-hour of the absent-run rule (``find_absence``).
     """
 
     lookback_hours: int = 168
@@ -68,6 +69,7 @@ class DetectConfig:
     seq_min_history: int = online.MIN_HISTORY_HOURS
     seq: sq.SequentialConfig = sq.SequentialConfig()
     thresholds: tuple[float, ...] = sq.DEFAULT_THRESHOLDS
+    presence_alpha: float = presence.DEFAULT_ALPHA
 
     def cp_options(self, period: int | None) -> dict:
         return dict(min_size=self.min_size, window=self.window, max_pvalue=self.max_pvalue,
@@ -112,6 +114,16 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
             continue
         steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
     return steps
+
+
+def find_absence(values, *, config: DetectConfig = DetectConfig()) -> list[Step]:
+    """The vanished-kernel step of a 0/1 presence series (analytics.presence.vanished): onset at
+    the first hour of the current absent run, ``before`` the kernel's presence rate, ``after`` 0."""
+    hit = presence.vanished(values, alpha=config.presence_alpha, min_size=config.min_size, min_points=config.min_points)
+    if hit is None:
+        return []
+    index, before, p_value = hit
+    return [Step(index, before, 0.0, -100.0, p_value)]
 
 
 def _onset_not_yet_clear(values: np.ndarray, cp, bad: int, min_size: int, window: int = 48) -> bool:

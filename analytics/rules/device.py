@@ -146,7 +146,10 @@ def gpu_idle_gaps(ctx: RegressionContext) -> Finding | None:
 
 
 def contention(ctx: RegressionContext) -> Finding | None:
-    """Other jobs' kernels on the job's GPUs rose by >= 5 % of the job's wall time."""
+    """Other jobs' kernels on the job's GPUs rose by >= 5 % of the job's wall time. The evidence
+    names the GPU (``gpu_uuid``) when the rise is on one GPU: the GPU whose other-job share of its
+    wall time rose most, when that rise is >= 5 points and holds most of the job's rise in other
+    jobs' kernel seconds (analytics.incidents groups one GPU's contention into one incident)."""
     b, a = ctx.before, ctx.after
     if a.wall_s <= 0:
         return None
@@ -154,11 +157,32 @@ def contention(ctx: RegressionContext) -> Finding | None:
     share_a = a.other_busy_s / a.wall_s
     if share_a - share_b < MIN_CONTENTION:
         return None
-    return finding("contention", 0.75 + 0.15 * strength(share_a - share_b, MIN_CONTENTION, 0.3), {
-        "other_jobs_before": b.other_jobs, "other_jobs_after": a.other_jobs,
-        "other_busy_share_before": share_b, "other_busy_share_after": share_a,
-    }, "Other jobs now share this job's GPUs: give the job exclusive GPUs (exclusive-process compute mode, "
-       "scheduler constraints) or partition them with MIG.")
+    evidence = {"other_jobs_before": b.other_jobs, "other_jobs_after": a.other_jobs,
+                "other_busy_share_before": share_b, "other_busy_share_after": share_a}
+    gpu = _contended_gpu(b, a)
+    if gpu is not None:
+        evidence.update(gpu)
+    return finding("contention", 0.75 + 0.15 * strength(share_a - share_b, MIN_CONTENTION, 0.3), evidence,
+                   "Other jobs now share this job's GPUs: give the job exclusive GPUs (exclusive-process compute mode, "
+                   "scheduler constraints) or partition them with MIG.")
+
+
+def _contended_gpu(b, a) -> dict | None:
+    """The one GPU the other jobs' kernel time rose on, with its shares; None when the rise is
+    spread over several GPUs (no GPU holds more than half of it) or per-GPU data is missing."""
+    def share(w, g):
+        wall = w.gpu_wall_s.get(g, 0.0)
+        return w.gpu_other_busy_s.get(g, 0.0) / wall if wall > 0 else 0.0
+
+    rises = {g: share(a, g) - share(b, g) for g in a.gpu_wall_s if a.gpu_wall_s[g] > 0}
+    if not rises:
+        return None
+    g = max(rises, key=lambda k: (rises[k], k))
+    per_h = {k: a.per_hour(a.gpu_other_busy_s.get(k, 0.0)) - b.per_hour(b.gpu_other_busy_s.get(k, 0.0)) for k in rises}
+    total = sum(max(0.0, v) for v in per_h.values())
+    if rises[g] < MIN_CONTENTION or total <= 0 or per_h[g] <= 0.5 * total:
+        return None
+    return {"gpu_uuid": g, "gpu_other_busy_share_before": share(b, g), "gpu_other_busy_share_after": share(a, g)}
 
 
 #: Evidence in plain words per rule (see analytics.rules.kernels.EVIDENCE; ``gpu`` names a GPU host:index).
@@ -180,5 +204,7 @@ EVIDENCE = {
     "contention": (
         "{{ ev.other_jobs_after }} other job{{ 's' if ev.other_jobs_after != 1 }} used {{ ev.other_busy_share_after | share }} "
         "of this job's GPU time after the change ({{ ev.other_jobs_before }} job{{ 's' if ev.other_jobs_before != 1 }}, "
-        "{{ ev.other_busy_share_before | share }} before)."),
+        "{{ ev.other_busy_share_before | share }} before)"
+        "{% if ev.gpu_uuid is defined %}, on GPU {{ gpu(ev.gpu_uuid) }}: {{ ev.gpu_other_busy_share_after | share }} of its time "
+        "({{ ev.gpu_other_busy_share_before | share }} before){% endif %}."),
 }

@@ -204,6 +204,17 @@ def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, 
         f"SELECT window_start >= ?, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) FROM kernels "
         f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? GROUP BY ALL",
         [mid, gpus, job, start, end]).fetchall())
+    gpu_other: tuple[dict, dict] = ({}, {})
+    for side, g, b in con.execute(
+            f"SELECT window_start >= ?, gpu_uuid, sum(total_ns / {_DUTY}) / 1e9 FROM kernels "
+            f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? GROUP BY ALL",
+            [mid, gpus, job, start, end]).fetchall():
+        gpu_other[1 if side else 0][g] = float(b or 0)
+    gpu_wall: tuple[dict, dict] = ({}, {})
+    for side, g, w in con.execute(
+            f"SELECT side, gpu_uuid, sum(window_s) FROM (SELECT DISTINCT window_start >= ? AS side, run_id, pid, gpu_uuid, "
+            f"window_start, window_s FROM kernels WHERE {where} AND gpu_uuid IS NOT NULL) GROUP BY ALL", params).fetchall():
+        gpu_wall[1 if side else 0][g] = float(w or 0)
     hourly: tuple[dict, dict] = ({}, {})
     for side, hour, b, n in con.execute(
             f"SELECT window_start >= ?, date_trunc('hour', window_start), sum(total_ns / {_DUTY}) / 1e9, sum(launches / {_DUTY}) "
@@ -223,6 +234,7 @@ def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, 
         out.append({"gpu_kernels": gk[i], "hours": int(hours), "busy_s": float(busy_s or 0),
                     "wall_s": float((wall[i].get(None) or (0,))[0] or 0), "other_busy_s": float(other_s or 0),
                     "other_jobs": int(other_jobs), "records": int(records or 0), "dropped_records": int(dropped or 0),
+                    "gpu_wall_s": gpu_wall[i], "gpu_other_busy_s": gpu_other[i],
                     "hourly_busy_s": {h: v[0] for h, v in hourly[i].items()},
                     "hourly_wall_s": {h: v[1] for h, v in hourly[i].items()},
                     "hourly_launches": {h: v[2] for h, v in hourly[i].items()}})

@@ -55,9 +55,10 @@ SIGNATURE = ("concat_ws('/', concat_ws('x', grid_x, grid_y, grid_z), concat_ws('
 #: benchmark showed every hourly run re-aggregating the whole raw history), kept up to date by
 #: ``refresh_hourly`` for the hours each ingest batch or retention run touches. Counts are scaled
 #: by 1/sampling_duty so a duty-cycled collector's launches stay comparable; durations are per
-#: launch and need no scaling. name -> (raw table, time column, SELECT with a {where} slot).
-ROLLUPS: dict[str, tuple[str, str, str]] = {
-    "kernel_hourly": ("kernels", "window_start", f"""
+#: launch and need no scaling. name -> (raw tables it reads, their time column, SELECT with
+#: {where} slots, one per raw table read: the hours being refreshed).
+ROLLUPS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "kernel_hourly": (("kernels",), "window_start", f"""
 SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kernel) AS kernel,
        grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, shared_mem_bytes,
        {SIGNATURE} AS signature,
@@ -68,15 +69,35 @@ SELECT date_trunc('hour', window_start) AS hour, job, kernel_id, any_value(kerne
        count(DISTINCT gpu_uuid) AS gpus
 FROM kernels {{where}}
 GROUP BY ALL"""),
-    "job_hourly": ("kernels", "window_start", f"""
-SELECT date_trunc('hour', window_start) AS hour, job,
-       sum(total_ns / {DUTY}) / 1e9 AS gpu_busy_s,
-       sum(launches / {DUTY}) AS launches,
-       count(DISTINCT gpu_uuid) AS gpus,
-       count(DISTINCT kernel_id) AS kernels
-FROM kernels {{where}}
-GROUP BY ALL"""),
-    "device_hourly": ("device", "ts", """
+    # gpu_busy_s over observed_gpu_s is the job's busy share (analytics/store/series.py). Observed
+    # time is per GPU: the windows its kernel rows cover, plus the health windows (one per window and
+    # process, also when the GPU ran nothing) of the processes that ran kernels on it in the hour;
+    # a health window marked data_quality 'error' lost its kernel rows and is not observed time.
+    # Each GPU counts at most 3600 s an hour. A GPU watched for part of an hour (collector start, a
+    # restart, job start/end) is a shorter observation, not a fall of busy time.
+    "job_hourly": (("kernels", "health"), "window_start", f"""
+WITH k AS (SELECT * FROM kernels {{where}}),
+     procs AS (SELECT DISTINCT date_trunc('hour', window_start) AS hour, job, host, pid, run_id, gpu_uuid FROM k),
+     win AS (SELECT date_trunc('hour', window_start) AS hour, job, host, gpu_uuid, window_start, window_s FROM k
+             UNION
+             SELECT p.hour, p.job, p.host, p.gpu_uuid, h.window_start, h.window_s
+             FROM (SELECT * FROM health {{where}}) h
+             JOIN procs p ON p.hour = date_trunc('hour', h.window_start) AND p.job = h.job AND p.host = h.host
+                         AND p.pid = h.pid AND p.run_id = h.run_id
+             WHERE h.data_quality IS DISTINCT FROM 'error'),
+     per_gpu AS (SELECT hour, job, least(3600, sum(window_s)) AS observed_s
+                 FROM (SELECT hour, job, host, gpu_uuid, window_start, max(window_s) AS window_s FROM win GROUP BY ALL)
+                 GROUP BY hour, job, host, gpu_uuid),
+     obs AS (SELECT hour, job, sum(observed_s) AS observed_gpu_s FROM per_gpu GROUP BY ALL),
+     busy AS (SELECT date_trunc('hour', window_start) AS hour, job,
+                     sum(total_ns / {DUTY}) / 1e9 AS gpu_busy_s,
+                     sum(launches / {DUTY}) AS launches,
+                     count(DISTINCT gpu_uuid) AS gpus,
+                     count(DISTINCT kernel_id) AS kernels
+              FROM k GROUP BY ALL)
+SELECT busy.hour, busy.job, gpu_busy_s, launches, gpus, kernels, obs.observed_gpu_s::DOUBLE AS observed_gpu_s
+FROM busy LEFT JOIN obs ON obs.hour = busy.hour AND obs.job IS NOT DISTINCT FROM busy.job"""),
+    "device_hourly": (("device",), "ts", """
 SELECT date_trunc('hour', ts) AS hour, host, gpu_uuid, any_value(gpu_index) AS gpu_index,
        any_value(gpu_model) AS gpu_model, count(*) AS samples,
        avg(sm_util_pct) AS sm_util_pct, avg(sm_occupancy_pct) AS sm_occupancy_pct,
@@ -87,7 +108,7 @@ SELECT date_trunc('hour', ts) AS hour, host, gpu_uuid, any_value(gpu_index) AS g
        max(mem_used_bytes) AS mem_used_bytes
 FROM device {where}
 GROUP BY ALL"""),
-    "memcpy_hourly": ("memcpy", "window_start", f"""
+    "memcpy_hourly": (("memcpy",), "window_start", f"""
 SELECT date_trunc('hour', window_start) AS hour, job, copy_kind, src_kind, dst_kind,
        sum(count / {DUTY}) AS count,
        sum(bytes / {DUTY}) AS bytes,
@@ -99,35 +120,45 @@ GROUP BY ALL"""),
 
 
 def refresh_hourly(con: duckdb.DuckDBPyConnection, raw_table: str, lo, hi) -> None:
-    """Recompute the rollups of ``raw_table`` for the UTC hours that hold ``lo`` .. ``hi`` (both
-    inclusive; timestamps). Call it in the transaction that changed the raw rows."""
-    for name, (raw, col, select) in ROLLUPS.items():
-        if raw != raw_table:
+    """Recompute the rollups that read ``raw_table`` for the UTC hours that hold ``lo`` .. ``hi``
+    (both inclusive; timestamps). Call it in the transaction that changed the raw rows."""
+    for name, (raws, col, select) in ROLLUPS.items():
+        if raw_table not in raws:
             continue
         where = f"WHERE {col} >= date_trunc('hour', ?::TIMESTAMPTZ) AND {col} < date_trunc('hour', ?::TIMESTAMPTZ) + INTERVAL 1 HOUR"
         con.execute(f"DELETE FROM {name} WHERE hour >= date_trunc('hour', ?::TIMESTAMPTZ) "
                     f"AND hour < date_trunc('hour', ?::TIMESTAMPTZ) + INTERVAL 1 HOUR", [lo, hi])
-        con.execute(f"INSERT INTO {name} {select.format(where=where)}", [lo, hi])
+        con.execute(f"INSERT INTO {name} {select.format(where=where)}", [lo, hi] * select.count("{where}"))
 
 
 def drop_hourly_before(con: duckdb.DuckDBPyConnection, raw_table: str, cutoff) -> None:
     """After raw rows before ``cutoff`` were deleted: drop the rollup hours before it and
     recompute the hour that holds it (part of it may remain)."""
-    for name, (raw, _, _) in ROLLUPS.items():
-        if raw == raw_table:
+    for name, (raws, _, _) in ROLLUPS.items():
+        if raw_table in raws:
             con.execute(f"DELETE FROM {name} WHERE hour < date_trunc('hour', ?::TIMESTAMPTZ)", [cutoff])
     refresh_hourly(con, raw_table, cutoff, cutoff)
 
 
+def rollup_columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
+    """The columns rollup ``name`` has by its current definition (planned, not run)."""
+    return [r[0] for r in con.execute(f"DESCRIBE {ROLLUPS[name][2].format(where='')}").fetchall()]
+
+
 def _ensure_rollups(con: duckdb.DuckDBPyConnection) -> None:
-    """Create missing rollup tables, filled from the raw tables (a warehouse from before the
-    rollups had views of these names: they are replaced)."""
+    """Create missing rollup tables, filled from the raw tables. Two older layouts are migrated:
+    views of these names (a warehouse from before the rollups) and a rollup table whose columns
+    differ from its definition (``job_hourly`` without ``observed_gpu_s``, before observed time):
+    both are rebuilt from the raw rows, so nothing but the rollup is touched."""
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
                              "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall())
     for name, (_, _, select) in ROLLUPS.items():
         if kinds.get(name) == "BASE TABLE":
-            continue
-        if kinds.get(name) == "VIEW":
+            have = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
+            if have == rollup_columns(con, name):
+                continue
+            con.execute(f"DROP TABLE {name}")
+        elif kinds.get(name) == "VIEW":
             con.execute(f"DROP VIEW {name}")
         con.execute(f"CREATE TABLE {name} AS {select.format(where='')}")
 

@@ -29,6 +29,9 @@ class SeriesSpec:
     sql: rows for hours in (? , ?] (start exclusive, end inclusive).
     sequential: the hourly path may test it with the sequential detector once it has a week of
     history (False: change points only, e.g. clocks pinned at discrete values).
+    steps: how a step is found off the sequential path: "level" (change points) or "absence" (a 0/1
+    series whose current run of zeros is longer than its history makes plausible:
+    analytics.presence).
     """
 
     name: str
@@ -38,6 +41,7 @@ class SeriesSpec:
     kernel_level: bool
     sql: str
     sequential: bool = True
+    steps: str = "level"
 
 
 _COLS = "hour, job, kernel, kernel_id, gpu_uuid, signature, value, weight"
@@ -74,21 +78,24 @@ SPECS: tuple[SeriesSpec, ...] = (
     # Presence of a kernel in the hours its job ran: 1 when it launched, 0 when the job ran without
     # it. A kernel that ran every hour and stops (a code path removed, a fused kernel replaced)
     # falls to 0, which no share series shows as bad (its share falls, the others' rise a little).
-    # A 0/1 series: change points only.
+    # A 0/1 series: neither change points nor the sequential detector, but the absent-run rule of
+    # analytics.presence (a kernel that runs in some hours only is not a vanished kernel).
     SeriesSpec("kernel_presence", -1, None, 0.0, True,
-               _SHARE_SQL.format(num="launches", value="(coalesce(k.launches, 0) > 0)"), sequential=False),
+               _SHARE_SQL.format(num="launches", value="(coalesce(k.launches, 0) > 0)"), sequential=False, steps="absence"),
     # GPU busy seconds per hour of a job (load-driven: analysed once three days allow a daily profile).
     SeriesSpec("job_gpu_busy_s", +1, 24, 0.0, False, """
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
                NULL::VARCHAR AS signature, gpu_busy_s::DOUBLE AS value, launches::DOUBLE AS weight
         FROM job_hourly WHERE hour > ? AND hour <= ?"""),
-    # Share of a job's GPU time its kernels kept the GPUs busy: busy seconds / (GPUs that reported
-    # in the hour x 3600 s). It falls when the GPUs wait between kernels (idle gaps: host- or
-    # input-bound) or when a kernel stops running while the wall time stays: a fall is bad. Daily
+    # Share of a job's GPU time its kernels kept the GPUs busy: busy seconds / the GPU seconds the
+    # collectors observed in the hour (job_hourly.observed_gpu_s: kernel and health windows per
+    # GPU, so a GPU watched for part of an hour is not a fall). It falls when the GPUs wait between
+    # kernels (idle gaps: host- or input-bound) or when a kernel stops running while the wall time
+    # stays: a fall is bad. Daily
     # cycle (inference load): analysed from three days of data on, like job_gpu_busy_s.
     SeriesSpec("job_busy_share", -1, 24, 0.0, False, """
         SELECT hour, job, NULL::VARCHAR AS kernel, NULL::VARCHAR AS kernel_id, NULL::VARCHAR AS gpu_uuid,
-               NULL::VARCHAR AS signature, (gpu_busy_s / nullif(gpus * 3600.0, 0))::DOUBLE AS value, launches::DOUBLE AS weight
+               NULL::VARCHAR AS signature, (gpu_busy_s / nullif(observed_gpu_s, 0))::DOUBLE AS value, launches::DOUBLE AS weight
         FROM job_hourly WHERE hour > ? AND hour <= ?"""),
     # Copy time per byte of a job's memory copies of one kind (HtoD, DtoH, ...): pageable host
     # memory or a slower link shows here. The copy kind is reported as the signature.

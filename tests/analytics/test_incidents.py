@@ -120,3 +120,28 @@ def test_a_split_incident_keeps_its_id_on_one_part_only():
     assert len(parts) == 2
     first, second = adopt_ids(parts, {a.event_id: "X", b.event_id: "X"})
     assert first.incident_id == "X" and second.incident_id == b.event_id
+
+
+def test_one_gpus_contention_is_one_incident_of_that_gpu_end_to_end(tmp_path):
+    """The simulator's contention injection (an intruding process on one GPU of serve-llama) through
+    shards, DuckDB and the hourly path: the contention finding names the GPU, so its regressions are
+    one incident of that GPU (seed 12: not looked at while writing the rule)."""
+    import json
+
+    import simulator
+    from analytics.store import Store, ingest_shards
+    from app.hour import catch_up
+
+    start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    simulator.simulate_fleet(tmp_path / "shards", gpus=4, hours=40, seed=12, start=start,
+                             injections=simulator.parse_injections(["kind=contention,hour=30"]))
+    store = Store(tmp_path / "w.duckdb")
+    with store.writer() as con:
+        ingest_shards(tmp_path / "shards", con)
+    done = catch_up(store)
+    (truth,) = json.loads((tmp_path / "shards" / "ground_truth.json").read_text())["regressions"]
+    blamed = [r for r in done.regressions if r.top_cause and r.top_cause.rule == "contention"]
+    assert len(blamed) >= 2
+    assert {r.top_cause.evidence.get("gpu_uuid") for r in blamed} == {truth["gpu_uuid"]}
+    (inc,) = [i for i in group_incidents(done.regressions) if i.cause == "contention"]
+    assert (inc.scope, inc.key) == ("gpu", truth["gpu_uuid"]) and set(inc.members) >= set(blamed)

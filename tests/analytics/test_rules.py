@@ -304,6 +304,31 @@ def test_contention_positive():
     assert f.evidence["other_busy_share_after"] == pytest.approx(0.2) and f.evidence["other_jobs_after"] == 1
 
 
+def test_contention_on_one_gpu_names_that_gpu():
+    wall = 3600.0 * H
+    per_gpu = {g: wall for g in GPUS}
+    before = {"kernels": [kstats()], "gpu_wall_s": per_gpu}
+    after = {"kernels": [kstats()], "other": 0.2 * wall * 4, "other_jobs": 1, "gpu_wall_s": per_gpu,
+             "gpu_other_busy_s": {"GPU-2": 0.8 * wall}}
+    f = rules.contention(ctx(_with(before), _with(after)))
+    assert f.evidence["gpu_uuid"] == "GPU-2"
+    assert f.evidence["gpu_other_busy_share_before"] == 0 and f.evidence["gpu_other_busy_share_after"] == pytest.approx(0.8)
+    from reports.evidence import sentence
+    text = sentence(f, ctx().regression, gpu_labels={"GPU-2": "node1:2"})
+    assert "on GPU node1:2: 80" in text, text
+    # spread over all four GPUs: no single GPU is named (the job and the cause group it)
+    spread = dict(after, gpu_other_busy_s={g: 0.2 * wall for g in GPUS})
+    f = rules.contention(ctx(_with(before), _with(spread)))
+    assert f is not None and "gpu_uuid" not in f.evidence
+    assert "on GPU" not in sentence(f, ctx().regression)
+
+
+def _with(kw):
+    """window() keywords plus Window fields it does not take (per-GPU wall and other-job time)."""
+    extra = {k: kw.pop(k) for k in ("gpu_wall_s", "gpu_other_busy_s") if k in kw}
+    return {**kw, "hourly": extra}
+
+
 def test_contention_negative_same_neighbours():
     wall = 3600.0 * H * len(GPUS)
     same = {"kernels": [kstats()], "other": 0.2 * wall, "other_jobs": 1}
