@@ -15,6 +15,14 @@ from cudawatch import shards as sh
 _REQUIRED = {t: [f.name for f in s if not f.nullable] for t, s in sh.SCHEMAS.items()}
 
 
+#: Per table, Parquet schemas already seen to be exactly the contract's (the shape ``write_shard``
+#: writes), with their column names and the leaf index of ``schema_version``. A file of such a
+#: schema needs only its ``schema_version`` statistics checked: its required columns are Parquet
+#: REQUIRED, which cannot hold a null. (Comparing the Parquet schema is cheap; converting it to
+#: Arrow and checking it column by column cost as much as reading a small shard.)
+_EXACT: dict[str, list[tuple[object, set[str], int]]] = {}
+
+
 def footer_proves_contract(path: Path, table: str) -> tuple[set[str], int] | None:
     """(column names, rows) when the footer alone shows the shard meets the contract: every
     contract column it has is of the contract's type, the required ones are present and, by the
@@ -22,17 +30,23 @@ def footer_proves_contract(path: Path, table: str) -> tuple[set[str], int] | Non
     None: ``read_shard`` then reads it, casting the contract's way or naming what is wrong."""
     try:
         md = pq.read_metadata(path)
-        schema = md.schema.to_arrow_schema()
     except Exception:  # unreadable: read_shard quarantines it with the reason
         return None
-    names = set(schema.names)
+    known = sh.READABLE_VERSIONS.get(table, {sh.SCHEMA_VERSION})
+    for schema, names, version_leaf in _EXACT.get(table, ()):
+        if md.schema.equals(schema):
+            return (names, md.num_rows) if _versions_known(md, version_leaf, known) else None
+    try:
+        arrow = md.schema.to_arrow_schema()
+    except Exception:
+        return None
+    names = set(arrow.names)
     contract = sh.SCHEMAS[table]
-    if any(schema.field(f.name).type != f.type for f in contract if f.name in names):
+    if any(arrow.field(f.name).type != f.type for f in contract if f.name in names):
         return None
     required = _REQUIRED[table]
     if not set(required) <= names:
         return None
-    known = sh.READABLE_VERSIONS.get(table, {sh.SCHEMA_VERSION})
     leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
     for rg in range(md.num_row_groups):
         group = md.row_group(rg)
@@ -40,10 +54,19 @@ def footer_proves_contract(path: Path, table: str) -> tuple[set[str], int] | Non
             stats = group.column(leaf[name]).statistics
             if stats is None or not stats.has_null_count or stats.null_count:
                 return None
-            if name == "schema_version" and (
-                    not stats.has_min_max or not set(range(stats.min, stats.max + 1)) <= known):
-                return None
+    if not _versions_known(md, leaf["schema_version"], known):
+        return None
+    if arrow.equals(contract, check_metadata=False):
+        _EXACT.setdefault(table, []).append((md.schema, names, leaf["schema_version"]))
     return names, md.num_rows
+
+
+def _versions_known(md, leaf: int, known: set[int]) -> bool:
+    for rg in range(md.num_row_groups):
+        stats = md.row_group(rg).column(leaf).statistics
+        if stats is None or not stats.has_min_max or not set(range(stats.min, stats.max + 1)) <= known:
+            return False
+    return True
 
 
 @dataclass
