@@ -117,3 +117,22 @@ def test_hash_shortcut_and_exact_dedupe_load_the_same(tmp_path, monkeypatch):
     assert outcomes[0][0] == outcomes[1][0]
     fast, exact = outcomes[0][1], outcomes[1][1]
     assert fast == exact
+
+
+def test_footer_shortcut_still_checks_schema_version(tmp_path):
+    """A shard of a Parquet schema already proved to be the contract's is still refused by the
+    footer, and quarantined by the checked reader, when its schema_version is one nobody knows."""
+    sim = tmp_path / "s"
+    simulator.simulate_fleet(sim, gpus=8, hours=1, seed=4, start=HOUR)
+    good = sh.list_shards(sim, "kernels")[0]
+    assert ingest_read.footer_proves_contract(good, "kernels") is not None
+    data = pq.read_table(good)
+    i = data.schema.get_field_index("schema_version")
+    future = data.set_column(i, data.schema.field(i), pa.array([9] * data.num_rows, pa.int16()))
+    bad = good.with_name("zz-future.parquet")
+    pq.write_table(future, bad, compression="zstd")
+    assert pq.read_metadata(bad).schema.equals(pq.read_metadata(good).schema)
+    assert ingest_read.footer_proves_contract(bad, "kernels") is None
+    with store.Store(tmp_path / "w.duckdb").writer() as con:
+        result = store.ingest_shards(sim, con, now=NOW)
+    assert [(p, "schema_version [9] unsupported" in r) for p, r in result.quarantined] == [(bad.relative_to(sim).as_posix(), True)]
