@@ -68,7 +68,7 @@ def ingest_shards(
     *,
     hour: dt.datetime | None = None,
     tables: tuple[str, ...] = RAW_TABLES,
-    batch_files: int = 256,
+    batch_files: int = 1024,
     now: dt.datetime | None = None,
 ) -> IngestResult:
     """Load every shard under ``shards_root`` not yet in the ledger (one hour only, if given).
@@ -87,14 +87,16 @@ def ingest_shards(
     quarantine entries of a batch commit in one transaction, so a crash mid-ingest leaves no
     partly loaded shard.
 
-    Speed: a batch (whole partition hours, at most ``batch_files`` shards) is staged in one
-    temporary table with, per row, the first rule it breaks (``row_checks.reason_sql``, the SQL
-    form of ``analytics.validate``); the counts per shard and reason are one GROUP BY, and the
-    content-key dedupe runs only where a key hash shows a possible clash (``_insert_new_rows``).
-    Shards whose Parquet footer proves the contract (required columns present and, by the
-    row-group statistics, free of nulls; a readable ``schema_version``) are read by DuckDB's own
-    parallel reader, a batch in one statement. Any other shard, or a batch DuckDB cannot cast,
-    goes through ``read_shard`` file by file, which names the bad file and quarantines it.
+    Speed: a batch (whole partition hours, at most ``batch_files`` shards; fewer, larger commits
+    cost much less than many small ones) goes in with one ``INSERT ... SELECT`` that keeps the rows
+    passing every rule (``row_checks.reason_sql``, the SQL form of ``analytics.validate``). A
+    shard's passing rows are counted from what was inserted and its total from its footer; only
+    a batch where some row failed is scanned again for the counts per reason. The content-key
+    dedupe is exact but runs only where the key hashes show a possible clash (``_keys_distinct``).
+    Shards whose Parquet footer proves the contract (``ingest_read.footer_proves_contract``) are
+    read by DuckDB's own parallel reader, the batch in one scan. Any other shard, or a batch
+    DuckDB cannot cast, goes through ``read_shard`` file by file, which names the bad file and
+    quarantines it.
     """
     root = Path(shards_root)
     now = sh.parse_utc(now) if now is not None else dt.datetime.now(dt.timezone.utc)
