@@ -5,7 +5,9 @@ rows already conformed to the contract types (``cudawatch.shards.conform``) and 
 that are physically possible plus the count of the rejected ones per reason. Each rejected row is
 counted once, under the first rule it breaks (the order of ``reasons_for``), so the counts add up
 to the rows rejected. ``Validation.quarantine`` says the shard is mostly bad and must be
-quarantined whole. The store's ingest calls it for every shard (docs/reliability.md).
+quarantined whole. This is the reference statement of the rules; the store's ingest evaluates the
+same rules as one SQL expression over a batch of shards (``analytics.store.row_checks``, checked
+against this module row by row in tests/reliability/test_row_checks.py; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -38,12 +40,22 @@ class Validation:
     @property
     def quarantine(self) -> bool:
         """More than ``limits.QUARANTINE_FRACTION`` of the rows are impossible."""
-        return self.rows > 0 and self.rejected_rows > limits.QUARANTINE_FRACTION * self.rows
+        return mostly_bad(self.rows, self.rejected)
 
     def reason(self) -> str:
         """One line for the quarantine table: how many rows were bad, and why."""
-        top = ", ".join(f"{r} {n}" for r, n in sorted(self.rejected.items(), key=lambda kv: (-kv[1], kv[0])))
-        return f"{self.rejected_rows} of {self.rows} rows break the contract's limits ({top})"
+        return describe(self.rows, self.rejected)
+
+
+def mostly_bad(rows: int, rejected: dict[str, int]) -> bool:
+    """A shard of ``rows`` rows with ``rejected`` (reason -> rows) is to be quarantined whole."""
+    return rows > 0 and sum(rejected.values()) > limits.QUARANTINE_FRACTION * rows
+
+
+def describe(rows: int, rejected: dict[str, int]) -> str:
+    """The quarantine reason of such a shard: how many rows were bad, and why."""
+    top = ", ".join(f"{r} {n}" for r, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{sum(rejected.values())} of {rows} rows break the contract's limits ({top})"
 
 
 def _bad(mask) -> pa.ChunkedArray | pa.Array:

@@ -15,6 +15,7 @@ Daily: app.daily. Maintenance: ``compact_shards``, ``apply_retention``, ``checkp
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from typing import Any
@@ -34,7 +35,7 @@ hour_of = hour_floor  # the UTC hour (stdlib datetime) of a pendulum, ISO string
 __all__ = [
     "DUCKDB_POOL", "hour_of", "hourly_partitions", "check_arrival", "ingest_hour", "analysis_targets", "update_baselines", "detect",
     "root_cause", "send_alerts", "report_day", "build_daily_report", "email_daily_report", "compact_shards",
-    "apply_retention", "checkpoint_warehouse", "Settings", "setting",
+    "apply_retention", "expire_reports", "checkpoint_warehouse", "Settings", "setting",
 ]
 
 
@@ -98,38 +99,64 @@ def send_alerts(hour: dt.datetime | str, target: dict | None = None) -> dict:
 # --------------------------------------------------------------------------- maintenance steps
 
 
-def compact_shards(interval_end: dt.datetime | str) -> dict[str, Any]:
+def _maintained(partition: dict[str, str] | None):
+    """(settings, shard root, warehouse) one maintenance task works on: a partition's shard root
+    and its warehouse (its own file in the partitioned layout, the one file otherwise), or
+    without a partition ``CUDAWATCH_SHARDS`` and the warehouse."""
+    cfg = Settings.resolve()
+    if partition is None:
+        return cfg, cfg.shards, cfg.store()
+    return cfg, partition["shards"], cfg.store(partition["name"])
+
+
+def compact_shards(interval_end: dt.datetime | str, partition: dict[str, str] | None = None) -> dict[str, Any]:
     """Merge small shards of fully loaded, settled partitions (analytics.store.maintenance)."""
     from analytics.store import maintenance
 
-    cfg = Settings.resolve()
+    _cfg, shards, store = _maintained(partition)
     older_than = hour_floor(interval_end) - dt.timedelta(hours=int_setting("compact_after_h", 48))
-    with cfg.store().writer() as con:
-        out = maintenance.compact_shards(cfg.shards, con, older_than=older_than,
+    with store.writer() as con:
+        out = maintenance.compact_shards(shards, con, older_than=older_than,
                                          small_bytes=int_setting("compact_small_bytes", 8 << 20))
     return out.as_dict()
 
 
-def apply_retention(interval_end: dt.datetime | str) -> dict[str, Any]:
-    """Drop shards, warehouse rows and report archives past their retention (analytics.store.maintenance)."""
+def _policy(**override):
     from analytics.store import maintenance
 
-    cfg = Settings.resolve()
-    now = hour_floor(interval_end)
     policy = maintenance.RetentionPolicy(
         shard_days=int_setting("retain_shard_days", 30),
         warehouse_days=int_setting("retain_warehouse_days", 180),
         report_days=int_setting("retain_report_days", 365),
     )
-    with cfg.store().writer() as con:
-        out = maintenance.apply_retention(cfg.shards, con, cfg.reports, now=now, policy=policy)
+    return dataclasses.replace(policy, **override)
+
+
+def apply_retention(interval_end: dt.datetime | str, partition: dict[str, str] | None = None) -> dict[str, Any]:
+    """Drop shards and warehouse rows past their retention (analytics.store.maintenance); without
+    a partition also the report archives (with one, ``expire_reports`` does that once)."""
+    from analytics.store import maintenance
+
+    cfg, shards, store = _maintained(partition)
+    policy = _policy() if partition is None else _policy(report_days=0)
+    with store.writer() as con:
+        out = maintenance.apply_retention(shards, con, cfg.reports, now=hour_floor(interval_end), policy=policy)
     return out.as_dict()
 
 
-def checkpoint_warehouse() -> dict[str, Any]:
-    """CHECKPOINT and ANALYZE the warehouse (analytics.store.maintenance.checkpoint)."""
+def expire_reports(interval_end: dt.datetime | str) -> dict[str, Any]:
+    """Drop report archive days past their retention (no warehouse involved)."""
     from analytics.store import maintenance
 
     cfg = Settings.resolve()
-    with cfg.store().writer() as con:
-        return maintenance.checkpoint(con, cfg.db)
+    policy = _policy(shard_days=0, warehouse_days=0)
+    return maintenance.apply_retention(cfg.shards, None, cfg.reports, now=hour_floor(interval_end), policy=policy).as_dict()
+
+
+def checkpoint_warehouse(partition: dict[str, str] | None = None) -> dict[str, Any]:
+    """CHECKPOINT and ANALYZE the warehouse file (analytics.store.maintenance.checkpoint)."""
+    from analytics.store import maintenance
+
+    cfg, _shards, store = _maintained(partition)
+    with store.writer() as con:
+        return maintenance.checkpoint(con, store.db)

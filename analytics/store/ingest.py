@@ -10,11 +10,11 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from analytics import validate
+from analytics.store import ingest_read
 from analytics.store.schema import RAW_TABLES, refresh_hourly
+from cudawatch import limits
 from cudawatch import shards as sh
 
 _LEDGER_COLUMNS = ("shard_id", "path", "table_name", "partition_hour", "rows", "bytes")
@@ -68,7 +68,7 @@ def ingest_shards(
     *,
     hour: dt.datetime | None = None,
     tables: tuple[str, ...] = RAW_TABLES,
-    batch_files: int = 64,
+    batch_files: int = 1024,
     now: dt.datetime | None = None,
 ) -> IngestResult:
     """Load every shard under ``shards_root`` not yet in the ledger (one hour only, if given).
@@ -87,10 +87,16 @@ def ingest_shards(
     quarantine entries of a batch commit in one transaction, so a crash mid-ingest leaves no
     partly loaded shard.
 
-    Fast path: shards whose Parquet footer proves the contract (required columns present and,
-    by the row-group statistics, free of nulls; ``schema_version`` 1) are read by DuckDB's own
-    parallel reader, a batch in one statement. Any other shard, or a batch DuckDB cannot cast,
-    goes through ``read_shard`` file by file, which names the bad file and quarantines it.
+    Speed: a batch (whole partition hours, at most ``batch_files`` shards; fewer, larger commits
+    cost much less than many small ones) goes in with one ``INSERT ... SELECT`` that keeps the rows
+    passing every rule (``row_checks.reason_sql``, the SQL form of ``analytics.validate``). A
+    shard's passing rows are counted from what was inserted and its total from its footer; only
+    a batch where some row failed is scanned again for the counts per reason. The content-key
+    dedupe is exact but runs only where the key hashes show a possible clash (``_keys_distinct``).
+    Shards whose Parquet footer proves the contract (``ingest_read.footer_proves_contract``) are
+    read by DuckDB's own parallel reader, the batch in one scan. Any other shard, or a batch
+    DuckDB cannot cast, goes through ``read_shard`` file by file, which names the bad file and
+    quarantines it.
     """
     root = Path(shards_root)
     now = sh.parse_utc(now) if now is not None else dt.datetime.now(dt.timezone.utc)
@@ -111,8 +117,8 @@ def ingest_shards(
                 result.skipped += 1
             else:
                 todo.append(_Shard(path, rel, part, path.stat().st_size, rel in quarantined))
-        for start in range(0, len(todo), batch_files):
-            _load_batch(con, table, todo[start : start + batch_files], result, now)
+        for batch in _batches(todo, batch_files):
+            _load_batch(con, table, batch, result, now)
     return result
 
 
@@ -123,156 +129,181 @@ class _Shard:
     partition: dt.datetime
     size: int
     was_quarantined: bool = False
-    data: pa.Table | None = None
+    index: int = 0  # its number in the batch (``_file`` in the batch's SQL)
     shard_id: int | None = None
 
 
+def _batches(todo: list[_Shard], limit: int):
+    """Whole partition hours, in path order, at most ``limit`` files a batch (an hour with more
+    files is split): each hour's rollups are then refreshed once."""
+    hours: dict[dt.datetime, list[_Shard]] = {}
+    for shard in todo:
+        hours.setdefault(shard.partition, []).append(shard)
+    batch: list[_Shard] = []
+    for group in hours.values():
+        if batch and len(batch) + len(group) > limit:
+            yield batch
+            batch = []
+        while len(group) > limit:
+            yield group[:limit]
+            group = group[limit:]
+        batch += group
+    if batch:
+        yield batch
+
+
 def _load_batch(con, table: str, batch: list[_Shard], result: IngestResult, now: dt.datetime) -> None:
-    fast, slow = [], []
-    for shard in batch:
-        names = _footer_proves_contract(shard.path, table)
-        (slow if names is None else fast).append((shard, names))
-    if fast and not _read_with_duckdb(con, table, fast):
-        slow += fast  # find the value DuckDB could not cast, file by file
-    bad: list[tuple[_Shard, str]] = []
-    for shard, _ in slow:
-        try:
-            shard.data = sh.read_shard(shard.path, table).select(list(sh.SCHEMAS[table].names))
-        except sh.ShardError as exc:
-            bad.append((shard, str(exc).replace(str(shard.path), shard.rel)))
-    _commit(con, table, batch, bad, result, now)
-
-
-def _footer_proves_contract(path: Path, table: str) -> set[str] | None:
-    """The column names when the footer alone shows the shard meets the contract, else None."""
+    """Load one batch: footer-checked shards through DuckDB's reader, the others (or all, if
+    DuckDB cannot cast a value) through ``read_shard``, file by file."""
+    checked = [(shard, ingest_read.footer_proves_contract(shard.path, table)) for shard in batch]
+    fast = [(shard, c) for shard, c in checked if c is not None]
+    slow = [shard for shard, c in checked if c is None]
+    types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                             "WHERE table_name = ? AND table_catalog = current_database()", [table]).fetchall())
     try:
-        pf = pq.ParquetFile(path)
-    except Exception:  # unreadable: the checked path quarantines it with the reason
-        return None
-    names = set(pf.schema_arrow.names)
-    required = [f.name for f in sh.SCHEMAS[table] if not f.nullable]
-    if not set(required) <= names:
-        return None
-    md = pf.metadata
-    index = {md.schema.column(i).name: i for i in range(md.num_columns)}
-    for rg in range(md.num_row_groups):
-        for name in required:
-            stats = md.row_group(rg).column(index[name]).statistics
-            if stats is None or not stats.has_null_count or stats.null_count:
-                return None
-            if name == "schema_version" and (not stats.has_min_max or stats.min != sh.SCHEMA_VERSION or stats.max != sh.SCHEMA_VERSION):
-                return None
-    return names
-
-
-def _read_with_duckdb(con, table: str, batch) -> bool:
-    """Read footer-checked shards with ``read_parquet`` into ``shard.data`` (contract types);
-    False (nothing read) if DuckDB could not cast a value to the contract type."""
-    types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall())
-    present = set().union(*(names for _, names in batch))
-    select = ", ".join(f"CAST(r.{c} AS {types[c]}) AS {c}" if c in present else f"NULL::{types[c]} AS {c}" for c in sh.SCHEMAS[table].names)
-    files = [str(shard.path) for shard, _ in batch]
-    try:
-        data = con.sql(
-            f"SELECT {select}, r.filename AS _file FROM read_parquet(?, filename = true, union_by_name = true, hive_partitioning = false) r",
-            params=[files],
-        ).to_arrow_table()
+        _commit(con, table, batch, fast, slow, types, result, now)
     except duckdb.ConversionException:
-        return False
-    schema = sh.SCHEMAS[table]
-    # Sorted by file: each shard's rows are one slice (no per-file filter over the whole batch).
-    data = data.take(pc.sort_indices(data, [("_file", "ascending")]))
-    counts = {c["values"]: c["counts"] for c in pc.value_counts(data.column("_file")).to_pylist()}
-    data = data.drop_columns(["_file"]).cast(schema)
-    offset = 0
-    for shard, _ in sorted(batch, key=lambda item: str(item[0].path)):
-        n = counts.get(str(shard.path), 0)
-        shard.data = data.slice(offset, n)
-        offset += n
-    return True
+        if not fast:
+            raise
+        _commit(con, table, batch, [], [shard for shard, _ in fast] + slow, types, result, now)
 
 
-def _commit(con, table: str, batch: list[_Shard], bad: list[tuple[_Shard, str]], result: IngestResult, now: dt.datetime) -> None:
-    """Validate the read shards, then in one transaction: quarantine the bad and the mostly bad,
-    insert the good rows not already present by content key, ledger the loaded shards and record
-    the rejected rows per shard and reason."""
-    quarantine: list[tuple[_Shard, str]] = list(bad)
-    rejected: list[tuple[str, str, int]] = []  # (path, reason, rows)
-    good: list[tuple[_Shard, pa.Table]] = []
-    for shard in batch:
-        if shard.data is None:
+def _commit(con, table: str, batch: list[_Shard], fast, slow: list[_Shard], types: dict[str, str],
+            result: IngestResult, now: dt.datetime) -> None:
+    """In one transaction: insert the rows that pass of every readable shard (one statement for
+    the batch), count per shard what did not pass and why, take a mostly bad shard's rows out
+    again and quarantine it, apply the content-key dedupe, ledger the loaded shards and record
+    the rejected rows per shard and reason. ``result`` changes only once the batch committed."""
+    order = [shard for shard, _ in fast] + slow  # fast shards first: _file = DuckDB's file_index
+    for i, shard in enumerate(order):
+        shard.index = i
+    total = {shard.index: c[1] for shard, c in fast}  # rows per shard
+    quarantine: list[tuple[_Shard, str]] = []
+    read = []
+    for shard in slow:
+        try:
+            data = sh.read_shard(shard.path, table).select(list(sh.SCHEMAS[table].names))
+        except sh.ShardError as exc:
+            quarantine.append((shard, str(exc).replace(str(shard.path), shard.rel)))
             continue
-        v = validate.validate_rows(table, shard.data, shard.partition, now)
-        counts = dict(v.rejected)
-        if v.quarantine:
-            if v.good.num_rows:
-                counts["shard_quarantined"] = v.good.num_rows
-            quarantine.append((shard, v.reason()))
-        else:
-            good.append((shard, v.good))
-        rejected += [(shard.rel, r, n) for r, n in counts.items()]
-        result._add(table, v.rows, 0, counts)
+        total[shard.index] = data.num_rows
+        read.append(data.append_column("_file", pa.array([shard.index] * data.num_rows, pa.int32())))
+    readable = [shard for shard in batch if shard.index in total]  # path order: the first copy wins
+    names = sh.SCHEMAS[table].names
+    cols = ", ".join(names) + ", shard_id"
     con.execute("BEGIN TRANSACTION")
     try:
         for shard in batch:
             if shard.was_quarantined:  # retried after a rewrite: its old verdict goes
                 con.execute("DELETE FROM quarantine WHERE path = ?", [shard.rel])
                 con.execute("DELETE FROM rejected_rows WHERE path = ?", [shard.rel])
+        ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(readable)]).fetchall()]
+        for sid, shard in zip(ids, readable):
+            shard.shard_id = sid
+        con.register("_ingest_files", pa.table({
+            "_file": pa.array([s.index for s in readable], pa.int32()), "shard_id": pa.array(ids, pa.int64()),
+            "_lo": pa.array([s.partition - limits.PARTITION_SKEW for s in readable], pa.timestamp("us", "UTC")),
+            "_hi": pa.array([s.partition + dt.timedelta(hours=1) + limits.PARTITION_SKEW for s in readable],
+                            pa.timestamp("us", "UTC"))}))
+        if read:
+            con.register("_ingest_read", pa.concat_tables(read))
+        src = ingest_read.source(table, types, [(s.path, c[0]) for s, c in fast], bool(read), now)
+        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ({src.sql}) WHERE _reason IS NULL", src.params)
+        passed = _rows_per_shard(con, table, ids)
+        # Shards with rows that did not pass: why (rare; one more scan of the batch).
+        rejected: dict[int, dict[str, int]] = {s.index: {} for s in readable}
+        if any(passed.get(s.shard_id, (0,))[0] < total[s.index] for s in readable):
+            for index, reason, n in con.execute(f"SELECT _file, _reason, count(*) FROM ({src.sql}) WHERE _reason IS NOT NULL "
+                                                f"GROUP BY ALL", src.params).fetchall():
+                rejected[index][reason] = n
+        good: list[tuple[_Shard, int]] = []
+        for shard in readable:
+            counts = rejected[shard.index]
+            ok = passed.get(shard.shard_id, (0,))[0]
+            rows = total[shard.index]
+            if ok + sum(counts.values()) != rows:  # the file changed between its footer and the read
+                raise sh.ShardError(f"{shard.rel}: changed while being ingested; nothing of its batch was loaded")
+            if validate.mostly_bad(rows, counts):
+                quarantine.append((shard, validate.describe(rows, counts)))
+                if ok:
+                    counts["shard_quarantined"] = ok
+                    con.execute(f"DELETE FROM {table} WHERE shard_id = ?", [shard.shard_id])
+            else:
+                good.append((shard, ok))
         for shard, reason in quarantine:
             con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)",
                         [shard.rel, table, reason, shard.size])
-        loaded = _insert_new_rows(con, table, good) if good else {}
-        ledger = [(shard.shard_id, shard.rel, table, shard.partition, loaded.get(shard.shard_id, 0), shard.size)
-                  for shard, _ in good]
-        for shard, rows in good:
-            sid = shard.shard_id
-            dup = rows.num_rows - loaded.get(sid, 0)
-            if dup:
-                rejected.append((shard.rel, "duplicate", dup))
-                result._add(table, 0, 0, {"duplicate": dup})
-            result._add(table, 0, loaded.get(sid, 0), {})
-        if ledger:
+        spans = [passed[s.shard_id][1:] for s, ok in good if ok]
+        loaded = {s.shard_id: ok for s, ok in good}
+        if spans:
+            lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+            if not _keys_distinct(con, table, lo, hi):
+                loaded = _insert_deduplicated(con, table, src, [s.shard_id for s, _ in good], ids, lo, hi)
+            refresh_hourly(con, table, lo, hi)
+        dups = [(shard.rel, "duplicate", ok - loaded.get(shard.shard_id, 0)) for shard, ok in good
+                if ok - loaded.get(shard.shard_id, 0)]
+        records = [(shard.rel, r, n) for shard in readable for r, n in rejected[shard.index].items()] + dups
+        if good:
+            ledger = [(s.shard_id, s.rel, table, s.partition, loaded.get(s.shard_id, 0), s.size) for s, _ in good]
             con.register("_batch_ledger", pa.Table.from_pylist([dict(zip(_LEDGER_COLUMNS, row)) for row in ledger]))
             con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
             con.unregister("_batch_ledger")
-        if rejected:
-            con.executemany("INSERT OR REPLACE INTO rejected_rows (path, table_name, reason, rows) VALUES (?, ?, ?, ?)",
-                            [[path, table, reason, n] for path, reason, n in rejected])
+        if records:
+            con.register("_batch_rejected", pa.table({"path": [r[0] for r in records], "table_name": [table] * len(records),
+                                                      "reason": [r[1] for r in records], "rows": [r[2] for r in records]}))
+            con.execute("INSERT OR REPLACE INTO rejected_rows (path, table_name, reason, rows) SELECT * FROM _batch_rejected")
+            con.unregister("_batch_rejected")
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
+    finally:
+        con.unregister("_ingest_files")
+        if read:
+            con.unregister("_ingest_read")
+    for shard in readable:
+        result._add(table, total[shard.index], 0, rejected[shard.index])
+    for path, _, n in dups:
+        result._add(table, 0, 0, {"duplicate": n})
+    for shard, _ in good:
+        result._add(table, 0, loaded.get(shard.shard_id, 0), {})
     result.loaded += len(good)
     result.quarantined += [(shard.rel, reason) for shard, reason in quarantine]
 
 
-def _insert_new_rows(con, table: str, good: list[tuple[_Shard, pa.Table]]) -> dict[int, int]:
-    """Draw a shard id for each shard and insert the rows whose content key is neither in
-    ``table`` nor earlier in the batch (by shard id); returns rows inserted per shard id."""
-    ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(good)]).fetchall()]
-    for sid, (shard, _) in zip(ids, good):
-        shard.shard_id = sid
-    rows = pa.concat_tables(data.append_column("shard_id", pa.array([sid] * data.num_rows, pa.int64()))
-                            for sid, (_, data) in zip(ids, good))
-    if rows.num_rows == 0:
+def _rows_per_shard(con, table: str, ids: list[int]) -> dict[int, tuple[int, object, object]]:
+    """Rows, first and last timestamp per shard id (of the ids drawn for this batch)."""
+    if not ids:
         return {}
-    key = CONTENT_KEY[table]
-    time_col = sh.TIME_COLUMN[table]
-    cols = ", ".join(rows.column_names)
+    col = sh.TIME_COLUMN[table]
+    return {sid: (n, lo, hi) for sid, n, lo, hi in con.execute(
+        f"SELECT shard_id, count(*), min({col}), max({col}) FROM {table} WHERE shard_id BETWEEN ? AND ? "
+        f"AND shard_id IN (SELECT shard_id FROM _ingest_files) GROUP BY shard_id", [min(ids), max(ids)]).fetchall()}
+
+
+def _keys_distinct(con, table: str, lo, hi) -> bool:
+    """True when the content keys of the rows of ``table`` between ``lo`` and ``hi`` all hash
+    differently: then no two of them are equal (equal keys, NULLs included, hash equal), so the
+    batch just inserted holds no row already present and no row twice. False when they may
+    (a re-sent or overlapping shard, or a hash collision): the caller dedupes exactly."""
+    n, distinct = con.execute(f"SELECT count(*), count(DISTINCT hash({', '.join(CONTENT_KEY[table])})) FROM {table} "
+                              f"WHERE {sh.TIME_COLUMN[table]} BETWEEN ? AND ?", [lo, hi]).fetchall()[0]
+    return n == distinct
+
+
+def _insert_deduplicated(con, table: str, src, good_ids: list[int], ids: list[int], lo, hi) -> dict[int, int]:
+    """Take the batch's rows out again and insert those whose content key is neither in ``table``
+    nor earlier in the batch (by shard id, i.e. path order); rows inserted per shard id."""
+    key, time_col = CONTENT_KEY[table], sh.TIME_COLUMN[table]
+    cols = ", ".join(sh.SCHEMAS[table].names) + ", shard_id"
+    con.execute(f"DELETE FROM {table} WHERE shard_id BETWEEN ? AND ? AND shard_id IN (SELECT shard_id FROM _ingest_files)",
+                [min(ids), max(ids)])
     same = " AND ".join(f"t.{k} IS NOT DISTINCT FROM b.{k}" for k in key)
-    lo, hi = pc.min_max(rows.column(time_col)).values()
-    con.register("_batch_rows", rows)
-    try:
-        con.execute(
-            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ("
-            f"  SELECT * FROM _batch_rows QUALIFY row_number() OVER (PARTITION BY {', '.join(key)} ORDER BY shard_id) = 1"
-            f") b WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{time_col} BETWEEN ? AND ? AND {same})",
-            [lo.as_py(), hi.as_py()],
-        )
-    finally:
-        con.unregister("_batch_rows")
-    refresh_hourly(con, table, lo.as_py(), hi.as_py())
-    return dict(con.execute(f"SELECT shard_id, count(*) FROM {table} WHERE shard_id BETWEEN ? AND ? GROUP BY shard_id",
-                            [min(ids), max(ids)]).fetchall())
-
-
+    con.execute(
+        f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ("
+        f"  SELECT {cols} FROM ({src.sql}) WHERE _reason IS NULL AND list_contains(?, shard_id)"
+        f"  QUALIFY row_number() OVER (PARTITION BY {', '.join(key)} ORDER BY shard_id) = 1"
+        f") b WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{time_col} BETWEEN ? AND ? AND {same})",
+        src.params + [good_ids, lo, hi],
+    )
+    return {sid: n for sid, (n, _, _) in _rows_per_shard(con, table, ids).items()}
