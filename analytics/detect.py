@@ -26,6 +26,7 @@ from analytics.lifecycle import (MAX_MAGNITUDE_PCT, Candidate, DetectConfig, Ste
                                  update_open)
 from analytics.presence import absent_now
 from analytics.results import Regression
+from analytics.store import noise_models as noise_cache
 from analytics.store import regressions as events
 from analytics.store import series as sr
 from analytics.store.regressions import OPEN, load_regressions
@@ -68,7 +69,7 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
                 open_here.setdefault(row["series_key"], []).append(row)
         keys = [sr.series_key(name, k) for k in mat.keys]
         recent = _in_window(mat, config.lookback_hours)  # the others have vanished, whichever path tested them
-        seq = _sequential_steps(mat, as_of, config) if _sequential(spec, config) else {}
+        seq = _sequential_steps(con, mat, keys, as_of, config) if _sequential(spec, config) else {}
         steps_of = {i: s for i, s in seq.items() if recent[i]}
         todo = recent & ~np.isin(np.arange(len(keys)), list(steps_of))
         short = _tail(mat, config.lookback_hours)
@@ -101,11 +102,19 @@ def _sequential(spec, config: DetectConfig) -> bool:
     return config.sequential and spec.sequential
 
 
-def _sequential_steps(mat, as_of: dt.datetime, config: DetectConfig) -> dict[int, list[Step]]:
+def _sequential_steps(con, mat, keys: list[str], as_of: dt.datetime, config: DetectConfig) -> dict[int, list[Step]]:
     """Rows of ``mat`` the sequential detector tests (enough history), each with its alarm as a
-    Step (index into ``mat``) or none. p_value: exp(-GLR), the likelihood-ratio bound."""
+    Step (index into ``mat``) or none. p_value: exp(-GLR), the likelihood-ratio bound. The day's
+    noise model comes from the ``noise_models`` cache (fitted and stored by the day's first run)."""
+    version = online.model_version(config.seq, config.seq_min_history)
+    noise_cache.ensure_tables(con)
+    cached = noise_cache.load_day(con, mat.spec.name, as_of.date(), version)
+    rows, model, store = online.day_model(mat.values, keys, as_of.hour, cached, bad=mat.spec.bad, config=config.seq,
+                                          min_history=config.seq_min_history)
+    if store is not None:
+        noise_cache.save_day(con, mat.spec.name, as_of.date(), version, *store, nu=config.seq.nu)
     res = online.sequential_alarms(mat.values, as_of.hour, bad=mat.spec.bad, thresholds=config.thresholds,
-                                   config=config.seq, min_history=config.seq_min_history)
+                                   config=config.seq, min_history=config.seq_min_history, model=model, rows=rows)
     out: dict[int, list[Step]] = {}
     al = res.alarms
     for j, i in enumerate(res.rows.tolist()):

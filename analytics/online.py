@@ -19,18 +19,26 @@ same function on its corpus, so the benchmark's cudawatch row measures what the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from analytics import noise_model as nm
 from analytics import sequential as sq
 
+#: Version of the day's fitted noise model (analytics.store.noise_models keys its cache by it):
+#: change it whenever fit_noise_model or the fit's SequentialConfig fields change.
+MODEL_VERSION = "2026-12-03.2"
 #: Fewest valid hours in the fit history for the sequential path (7 days; docs/detection.md).
 MIN_HISTORY_HOURS = 168
 #: Smallest innovation scale (log units, 0.01 %) the sequential path accepts: below it a series is
 #: quantised or constant (a clock pinned at its maximum) and the t likelihood would be degenerate.
 MIN_SCALE = 1e-4
+
+
+def model_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS) -> str:
+    """The cache key of a day's model: MODEL_VERSION and the settings the fit depends on."""
+    return f"{MODEL_VERSION}/{config.fit_hours}/{config.max_window}/{config.nu:g}/{config.refine}/{min_history}"
 
 
 def lookback_hours(config: sq.SequentialConfig = sq.SequentialConfig()) -> int:
@@ -61,37 +69,89 @@ class SeqResult:
     model: nm.NoiseModel | None
 
 
+def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.SequentialConfig = sq.SequentialConfig(),
+            min_history: int = MIN_HISTORY_HOURS, outliers: nm.OutlierLaw | None = None) -> tuple[np.ndarray, nm.NoiseModel | None]:
+    """The UTC day's noise model: rows of ``values`` the sequential path tests (enough history in
+    the fit history, a usable model) and their model, fitted on the ``fit_hours`` before the zone of
+    the day's first run. outliers: use this outlier law (the day's, from the cache) instead of the
+    one pooled over these rows."""
+    values = np.atleast_2d(np.asarray(values, float))
+    n, T = values.shape
+    if n == 0 or T < config.max_window + config.reference_hours + 1:
+        return np.zeros(0, dtype=int), None
+    hod = hour_of_day(T, last_hour_of_day)
+    x = nm.to_log(values, bad)
+    a = fit_anchor(T, last_hour_of_day, config)
+    lo = max(0, a - config.fit_hours)
+    rows = np.flatnonzero(np.count_nonzero(~np.isnan(x[:, lo:a]), axis=1) >= min_history)
+    if rows.size == 0:
+        return rows, None
+    with np.errstate(invalid="ignore", divide="ignore"):  # flat rows (a constant share) get no model
+        model = sq.fit(x[rows, :a], hod[:a], config)
+    keep = model.ok & (np.nan_to_num(model.scale) >= MIN_SCALE)
+    rows, model = rows[keep], _subset(model, keep)
+    if outliers is not None:
+        model = replace(model, outliers=outliers)
+    return (rows, model) if rows.size else (rows, None)
+
+
+def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached, *, bad: int,
+              config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS):
+    """The day's model for the rows of ``values`` (series keys ``keys``), from the day's cache
+    when there is one. cached: None or (row of each cached key in the cached model, or None for
+    a key not tested; the cached model), as ``analytics.store.noise_models.load_day`` returns it.
+
+    Keys the cache has not seen (series that appeared since the day's first run) are fitted here
+    with the day's outlier law. Returns (rows, model, store): rows/model for ``sequential_alarms``;
+    store is None when the cache needs no update, else (keys, tested, model) of the whole day
+    (``analytics.store.noise_models.save_day``)."""
+    if cached is None:
+        rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history)
+        tested = np.zeros(len(keys), bool)
+        tested[rows] = True
+        return rows, model, (list(keys), tested, model)
+    where, cmodel = cached
+    new = [i for i, k in enumerate(keys) if k not in where]
+    hit = [(i, where[k]) for i, k in enumerate(keys) if k in where and where[k] is not None]
+    rows = np.array([i for i, _ in hit], dtype=int)
+    model = _subset(cmodel, np.array([j for _, j in hit], dtype=int)) if hit else None
+    if not new:
+        return rows, model, None
+    law = cmodel.outliers if cmodel is not None else None
+    nrows, nmodel = fit_day(np.atleast_2d(values)[new], last_hour_of_day, bad=bad, config=config, min_history=min_history,
+                            outliers=law)
+    nrows = np.asarray(new, dtype=int)[nrows]
+    rows, model = np.concatenate([rows, nrows]), _concat(model, nmodel)
+    # the whole day for the cache: the cached keys (as cached) plus the new ones
+    ckeys = [k for k in where]
+    order = {k: j for k, j in where.items() if j is not None}
+    allkeys = ckeys + [keys[i] for i in new]
+    tested = np.array([where[k] is not None for k in ckeys] + [i in set(nrows.tolist()) for i in new], bool)
+    old = _subset(cmodel, np.array([order[k] for k in ckeys if where[k] is not None], dtype=int)) if cmodel is not None else None
+    return rows, model, (allkeys, tested, _concat(old, nmodel))
+
+
 def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, thresholds=sq.DEFAULT_THRESHOLDS,
                       config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
                       model: nm.NoiseModel | None = None, rows: np.ndarray | None = None) -> SeqResult:
     """Sequential test of the newest hour of every row of ``values`` (series x hours, NaN =
     missing, last column = the hour being analysed, at hour of day ``last_hour_of_day``).
 
-    bad: +1 when a rise is a regression, -1 when a fall is. model, rows: the model and rows an
-    earlier run of the same UTC day returned (the fit is then skipped). Rows without enough
-    history are not in ``rows``; the caller analyses them another way.
+    bad: +1 when a rise is a regression, -1 when a fall is. model, rows: the day's model and rows
+    (``fit_day`` / ``day_model``, or an earlier run of the same UTC day); None fits them here.
+    Rows without enough history are not in ``rows``; the caller analyses them another way.
     """
     values = np.atleast_2d(np.asarray(values, float))
     n, T = values.shape
     M, R = config.max_window, config.reference_hours
-    hod = hour_of_day(T, last_hour_of_day)
     empty = SeqResult(np.zeros(0, dtype=int), _no_alarms(0), None)
     if n == 0 or T < M + R + 1:
         return empty
-    if model is None or rows is None:
-        x = nm.to_log(values, bad)
-        a = fit_anchor(T, last_hour_of_day, config)
-        lo = max(0, a - config.fit_hours)
-        enough = np.count_nonzero(~np.isnan(x[:, lo:a]), axis=1) >= min_history
-        rows = np.flatnonzero(enough)
-        if rows.size == 0:
-            return empty
-        with np.errstate(invalid="ignore", divide="ignore"):  # flat rows (a constant share) get no model
-            model = sq.fit(x[rows, :a], hod[:a], config)
-        keep = model.ok & (np.nan_to_num(model.scale) >= MIN_SCALE)
-        rows, model = rows[keep], _subset(model, keep)
-        if rows.size == 0:
-            return empty
+    if rows is None:
+        rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history)
+    if model is None or rows.size == 0:
+        return empty
+    hod = hour_of_day(T, last_hour_of_day)
     w = M + R
     al = sq.detect_hourly(values[rows, -w:], hod[-w:], bad=bad, thresholds=thresholds, config=config, model=model)
     onset = np.where(al.alarm, al.onset + (T - w), -1)
@@ -108,6 +168,13 @@ def scan_stats(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: s
     w = config.max_window + config.reference_hours
     hod = hour_of_day(T, last_hour_of_day)
     return sq.scan(nm.to_log(values[rows, -w:], bad), hod[-w:], model, config)
+
+
+def _concat(a: nm.NoiseModel | None, b: nm.NoiseModel | None) -> nm.NoiseModel | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return replace(a, phi=np.r_[a.phi, b.phi], scale=np.r_[a.scale, b.scale], season=np.vstack([a.season, b.season]),
+                   ok=np.r_[a.ok, b.ok], hours=np.r_[a.hours, b.hours])
 
 
 def _subset(model: nm.NoiseModel, keep: np.ndarray) -> nm.NoiseModel:

@@ -50,8 +50,9 @@ def _replay(x, start, cfg, model_at, mean_at=None):
 def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
     """Hourly replay of the product's hourly path on the loaded matrix: every run gives
     ``analytics.online`` the trailing ``online.lookback_hours`` (what detect_regressions loads),
-    the series it tests and their noise model come from ``online.sequential_alarms`` at the UTC
-    day's first run (the product refits the same hours every run: same model), and the statistics
+    the series it tests and their noise model come from ``online.fit_day`` at the UTC day's first
+    run (the product stores that model in the warehouse and reads it back every run of the day:
+    analytics.store.noise_models), and the statistics
     are ``online.scan_stats`` of that run — what ``sequential_alarms`` thresholds with
     ``analytics.sequential.alarm_rule``. Series the path does not test never alarm here (the
     product sends them to the change points)."""
@@ -68,10 +69,11 @@ def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
         lo = max(0, t + 1 - L)
         v = values[:, lo : t + 1]
         if res is None or t % 24 == 0:
-            res = online.sequential_alarms(v, t % 24, bad=1, config=cfg, **kw)
-        if res.rows.size:
-            sc = online.scan_stats(v, t % 24, bad=1, config=cfg, model=res.model, rows=res.rows)
-            S[res.rows, j], V[res.rows, j], Z[res.rows, j] = sc.stat, sc.valid, sc.ref_z
+            res = online.fit_day(v, t % 24, bad=1, config=cfg, **kw)
+        rows_, model = res
+        if rows_.size:
+            sc = online.scan_stats(v, t % 24, bad=1, config=cfg, model=model, rows=rows_)
+            S[rows_, j], V[rows_, j], Z[rows_, j] = sc.stat, sc.valid, sc.ref_z
     return runs, S, V, Z
 
 

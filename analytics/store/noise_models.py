@@ -1,0 +1,94 @@
+"""The ``noise_models`` cache: each series' noise model for one UTC day (analytics.online fits it
+once per day on the history before the day's first run; every later run of the day reads it here
+instead of refitting). Keyed by family, day and the model's version, so re-running an hour reads
+the same model, and a changed fitting method (``analytics.online.MODEL_VERSION``) refits.
+
+``noise_models`` holds one row per series the day's fit looked at (``tested`` false for rows left
+to the change points); ``noise_outliers`` the family's pooled outlier law of that day."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+
+from analytics import noise_model as nm
+
+DDL = """
+CREATE TABLE IF NOT EXISTS noise_models (
+    series VARCHAR NOT NULL, day DATE NOT NULL, version VARCHAR NOT NULL, series_key VARCHAR NOT NULL,
+    tested BOOLEAN NOT NULL, phi DOUBLE, scale DOUBLE, season DOUBLE[], hours INTEGER,
+    PRIMARY KEY (series, day, version, series_key)
+);
+CREATE TABLE IF NOT EXISTS noise_outliers (
+    series VARCHAR NOT NULL, day DATE NOT NULL, version VARCHAR NOT NULL, nu DOUBLE NOT NULL, period INTEGER NOT NULL,
+    p_pos DOUBLE, p_neg DOUBLE, edges DOUBLE[], dens_pos DOUBLE[], dens_neg DOUBLE[],
+    PRIMARY KEY (series, day, version)
+);
+"""
+
+
+def ensure_tables(con) -> None:
+    con.execute(DDL)
+
+
+def load_day(con, series: str, day: dt.date, version: str) -> tuple[dict[str, int | None], nm.NoiseModel | None] | None:
+    """The cached day: (row of each series key in the returned model, or None for a key the fit
+    did not test; the model of the tested keys in that row order), or None when not cached."""
+    head = con.execute("SELECT nu, period, p_pos, p_neg, edges, dens_pos, dens_neg FROM noise_outliers "
+                       "WHERE series = ? AND day = ? AND version = ?", [series, day, version]).fetchone()
+    if head is None:
+        return None
+    nu, period, p_pos, p_neg, edges, dpos, dneg = head
+    law = None if p_pos is None else nm.OutlierLaw(p_pos, p_neg, np.asarray(edges, float), np.asarray(dpos, float),
+                                                    np.asarray(dneg, float))
+    got = con.execute("SELECT series_key, tested, phi, scale, season, hours FROM noise_models "
+                      "WHERE series = ? AND day = ? AND version = ? ORDER BY series_key", [series, day, version]).fetchall()
+    rows: dict[str, int | None] = {}
+    sel = [r for r in got if r[1]]
+    j = 0
+    for key, tested, *_ in got:
+        rows[key] = j if tested else None
+        j += int(tested)
+    if not sel:
+        return rows, None
+    model = nm.NoiseModel(phi=np.array([r[2] for r in sel], float), scale=np.array([r[3] for r in sel], float), nu=float(nu),
+                          season=np.array([r[4] for r in sel], float).reshape(len(sel), -1), ok=np.ones(len(sel), bool),
+                          hours=np.array([r[5] for r in sel], int), period=int(period), outliers=law)
+    return rows, model
+
+
+def save_day(con, series: str, day: dt.date, version: str, keys: list[str], tested: np.ndarray, model: nm.NoiseModel | None,
+             *, nu: float, period: int = 24) -> None:
+    """Store the day's models: ``keys`` (all series the fit looked at), ``tested`` (bool per key),
+    ``model`` (rows = the tested keys, in order). Replaces that day's rows (one transaction)."""
+    tested = np.asarray(tested, bool)
+    n, t = len(keys), int(tested.sum())
+    phi, scale, hours = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int32)
+    season: list = [None] * n
+    if model is not None and t:
+        idx = np.flatnonzero(tested)
+        phi[idx], scale[idx], hours[idx] = model.phi, model.scale, model.hours
+        for j, i in enumerate(idx):
+            season[i] = model.season[j].tolist()
+    rows = pa.table({"series": [series] * n, "day": pa.array([day] * n, pa.date32()), "version": [version] * n,
+                     "series_key": keys, "tested": tested,
+                     "phi": pa.array(phi, pa.float64(), mask=~tested), "scale": pa.array(scale, pa.float64(), mask=~tested),
+                     "season": pa.array(season, pa.list_(pa.float64())), "hours": hours})
+    law = model.outliers if model is not None else None
+    con.register("_noise_rows", rows)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("DELETE FROM noise_models WHERE series = ? AND day = ? AND version = ?", [series, day, version])
+        con.execute("DELETE FROM noise_outliers WHERE series = ? AND day = ? AND version = ?", [series, day, version])
+        con.execute("INSERT INTO noise_models SELECT * FROM _noise_rows")
+        con.execute("INSERT INTO noise_outliers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [series, day, version, float(nu), int(period)] + ([None] * 5 if law is None else
+                     [law.p_pos, law.p_neg, law.edges.tolist(), law.dens_pos.tolist(), law.dens_neg.tolist()]))
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.unregister("_noise_rows")
