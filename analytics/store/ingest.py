@@ -207,12 +207,14 @@ def _commit(con, table: str, batch: list[_Shard], fast, slow: list[_Shard], type
                             pa.timestamp("us", "UTC"))}))
         if read:
             con.register("_ingest_read", pa.concat_tables(read))
-        src = ingest_read.source(table, types, [(s.path, c[0]) for s, c in fast], bool(read), now)
-        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ({src.sql}) WHERE _reason IS NULL", src.params)
-        passed = _rows_per_shard(con, table, ids)
+        passed: dict = {}
+        if readable:  # a batch of unreadable shards only quarantines them (there is nothing to read)
+            src = ingest_read.source(table, types, [(s.path, c[0]) for s, c in fast], bool(read), now)
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ({src.sql}) WHERE _reason IS NULL", src.params)
+            passed = _rows_per_shard(con, table, ids)
         # Shards with rows that did not pass: why (rare; one more scan of the batch).
         rejected: dict[int, dict[str, int]] = {s.index: {} for s in readable}
-        if any(passed.get(s.shard_id, (0,))[0] < total[s.index] for s in readable):
+        if readable and any(passed.get(s.shard_id, (0,))[0] < total[s.index] for s in readable):
             for index, reason, n in con.execute(f"SELECT _file, _reason, count(*) FROM ({src.sql}) WHERE _reason IS NOT NULL "
                                                 f"GROUP BY ALL", src.params).fetchall():
                 rejected[index][reason] = n
