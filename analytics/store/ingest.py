@@ -154,7 +154,9 @@ def _batches(todo: list[_Shard], limit: int):
 
 def _load_batch(con, table: str, batch: list[_Shard], result: IngestResult, now: dt.datetime) -> None:
     """Load one batch: footer-checked shards through DuckDB's reader, the others (or all, if
-    DuckDB cannot cast a value) through ``read_shard``, file by file."""
+    DuckDB's reader fails on any of them: a value it cannot cast, a corrupt data page behind an
+    intact footer) through ``read_shard``, file by file, which quarantines a bad shard with its
+    reason while the rest load."""
     checked = [(shard, ingest_read.footer_proves_contract(shard.path, table)) for shard in batch]
     fast = [(shard, c) for shard, c in checked if c is not None]
     slow = [shard for shard, c in checked if c is None]
@@ -162,7 +164,7 @@ def _load_batch(con, table: str, batch: list[_Shard], result: IngestResult, now:
                              "WHERE table_name = ? AND table_catalog = current_database()", [table]).fetchall())
     try:
         _commit(con, table, batch, fast, slow, types, result, now)
-    except duckdb.ConversionException:
+    except duckdb.Error:
         if not fast:
             raise
         _commit(con, table, batch, [], [shard for shard, _ in fast] + slow, types, result, now)
