@@ -40,7 +40,7 @@ def _writer(db: Path):
 @contextmanager
 def _reader(db: Path):
     """A read-only connection that waits briefly while a writer holds the file."""
-    from analytics.store import Store, WarehouseBusy
+    from analytics.store import Store, WarehouseBusy, WarehouseOutdated
 
     try:
         with Store(db).reader() as con:
@@ -48,6 +48,9 @@ def _reader(db: Path):
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3)
+    except WarehouseOutdated as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
 
 
 def ingest(

@@ -16,7 +16,7 @@ def report(
         None, "--email-to", help="Also e-mail the report to this address (repeatable); SMTP from CUDAWATCH_SMTP_* env."),
 ) -> None:
     """Write the HTML report, and e-mail it when --email-to is given."""
-    from analytics.store import LockTimeout, WarehouseBusy, open_store
+    from analytics.store import LockTimeout, WarehouseBusy, WarehouseOutdated, open_store
     from cudawatch import inputs
     from cudawatch.config import ConfigError, SmtpConfig
     from reports import render
@@ -35,7 +35,7 @@ def report(
         with open_store(db).reader(queue=True) as con, spinner("rendering the report and its detail pages…"):
             rendered = render.build_archived_report(con, render.parse_day(date, con), out)
         path = render.write_rendered(rendered, out)
-    except (ConfigError, render.ReportError, FileNotFoundError) as exc:
+    except (ConfigError, render.ReportError, FileNotFoundError, WarehouseOutdated) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     except (LockTimeout, WarehouseBusy) as exc:

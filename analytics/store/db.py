@@ -7,8 +7,12 @@ from pathlib import Path
 
 import duckdb
 
-from analytics.store.schema import ensure_schema
+from analytics.store.schema import ensure_schema, stale_rollups
 from cudawatch.config import DuckDBConfig
+
+
+class WarehouseOutdated(RuntimeError):
+    """A read-only connection found rollups an older cudawatch wrote; a writable open migrates them."""
 
 
 def connect(db: str | os.PathLike, *, read_only: bool = False, resources: DuckDBConfig | None = None) -> duckdb.DuckDBPyConnection:
@@ -24,4 +28,11 @@ def connect(db: str | os.PathLike, *, read_only: bool = False, resources: DuckDB
     con.execute("SET TimeZone = 'UTC'")
     if not read_only:
         ensure_schema(con)
+    else:
+        stale = stale_rollups(con)
+        if stale:
+            con.close()
+            raise WarehouseOutdated(f"warehouse {db} was written by an older cudawatch (rollups not current: "
+                                 + ", ".join(f"{n} {w}" for n, w in stale.items())
+                                 + "); open it writable once to migrate, e.g. `cudawatch ingest` or `cudawatch analyze`")
     return con

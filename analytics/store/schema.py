@@ -140,27 +140,45 @@ def drop_hourly_before(con: duckdb.DuckDBPyConnection, raw_table: str, cutoff) -
     refresh_hourly(con, raw_table, cutoff, cutoff)
 
 
-def rollup_columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
-    """The columns rollup ``name`` has by its current definition (planned, not run)."""
-    return [r[0] for r in con.execute(f"DESCRIBE {ROLLUPS[name][2].format(where='')}").fetchall()]
+def stale_rollups(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Rollups that are missing or not current: name -> what is there (``"missing"``, ``"view"``, a
+    warehouse from before the rollups, or ``"columns"``, a table whose columns differ from its
+    definition, e.g. ``job_hourly`` without ``observed_gpu_s``, before observed time)."""
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                             "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall())
+    stale = {}
+    for name in ROLLUPS:
+        kind = kinds.get(name)
+        if kind == "VIEW":
+            stale[name] = "view"
+        elif kind != "BASE TABLE":
+            stale[name] = "missing"
+        elif _columns(con, name) != _columns(con, ROLLUPS[name][2].format(where="")):
+            stale[name] = "columns"
+    return stale
+
+
+def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[tuple[str, str]]:
+    """(name, type) of a table or of a SELECT (planned, not run)."""
+    return [(r[0], r[1]) for r in con.execute(f"DESCRIBE {relation}").fetchall()]
 
 
 def _ensure_rollups(con: duckdb.DuckDBPyConnection) -> None:
-    """Create missing rollup tables, filled from the raw tables. Two older layouts are migrated:
-    views of these names (a warehouse from before the rollups) and a rollup table whose columns
-    differ from its definition (``job_hourly`` without ``observed_gpu_s``, before observed time):
-    both are rebuilt from the raw rows, so nothing but the rollup is touched."""
-    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
-                             "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall())
-    for name, (_, _, select) in ROLLUPS.items():
-        if kinds.get(name) == "BASE TABLE":
-            have = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
-            if have == rollup_columns(con, name):
-                continue
-            con.execute(f"DROP TABLE {name}")
-        elif kinds.get(name) == "VIEW":
-            con.execute(f"DROP VIEW {name}")
-        con.execute(f"CREATE TABLE {name} AS {select.format(where='')}")
+    """Create missing rollup tables, filled from the raw tables, and rebuild stale ones from the raw
+    rows (``stale_rollups``), each in one transaction: nothing but the rollup is touched, and an
+    interrupted rebuild leaves the old table."""
+    for name, what in stale_rollups(con).items():
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if what == "view":
+                con.execute(f"DROP VIEW {name}")
+            elif what == "columns":
+                con.execute(f"DROP TABLE {name}")
+            con.execute(f"CREATE TABLE {name} AS {ROLLUPS[name][2].format(where='')}")
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
 
 
 #: Hourly bookkeeping: which hours the analysis has run for, and which expected shards never came.

@@ -110,3 +110,25 @@ def test_a_warehouse_with_the_old_job_hourly_is_rebuilt(tmp_path):
     con = store.connect(tmp_path / "w.duckdb")
     assert sorted(con.execute("SELECT * FROM job_hourly").fetchall()) == expected
     assert _busy_share(con)[110] == pytest.approx(BUSY, rel=0.01)
+
+
+def test_a_read_only_open_of_the_old_job_hourly_says_to_migrate(tmp_path):
+    """A reader cannot migrate; it must not query a rollup without observed_gpu_s (reviewer's
+    finding: job_busy_share raised a BinderException there). One clear error instead, and the CLI
+    exits 2 with one line; a writable open then migrates."""
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    con = _warehouse(tmp_path, partial={110})
+    con.execute("DROP TABLE job_hourly")
+    con.execute("CREATE TABLE job_hourly AS SELECT hour, job, gpu_busy_s, launches, gpus, kernels FROM ("
+                + ROLLUPS["job_hourly"][2].format(where="") + ")")
+    con.close()
+    db = tmp_path / "w.duckdb"
+    with pytest.raises(store.WarehouseOutdated, match="job_hourly columns"):
+        store.connect(db, read_only=True)
+    res = CliRunner().invoke(app, ["report", "--db", str(db), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 2 and "open it writable once" in res.output
+    store.connect(db).close()
+    store.connect(db, read_only=True).close()
