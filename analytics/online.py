@@ -95,24 +95,45 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
     return (rows, model) if rows.size else (rows, None)
 
 
+def fit_prints(values: np.ndarray, last_hour_of_day: int, config: sq.SequentialConfig = sq.SequentialConfig()) -> np.ndarray:
+    """A fingerprint per row of the data the day's fit reads (the ``fit_hours`` before the fit
+    anchor): valid hours, their sum and their position-weighted sum (series x 3). A cached model
+    whose fingerprint no longer matches (late rows filled its history) is refitted."""
+    values = np.atleast_2d(np.asarray(values, float))
+    a = fit_anchor(values.shape[1], last_hour_of_day, config)
+    x = values[:, max(0, a - config.fit_hours):a]
+    ok = ~np.isnan(x)
+    v = np.where(ok, x, 0.0)
+    return np.column_stack([ok.sum(axis=1), v.sum(axis=1), v @ np.arange(1, x.shape[1] + 1, dtype=float)])
+
+
+def _same_print(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same valid hours and the same sums up to rounding (the sums' order of addition depends on
+    the matrix's shape; a late row changes the count or the sums far more)."""
+    return a[0] == b[0] and np.allclose(a[1:], b[1:], rtol=1e-9, atol=0.0)
+
+
 def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached, *, bad: int,
               config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS):
     """The day's model for the rows of ``values`` (series keys ``keys``), from the day's cache
     when there is one. cached: None or (row of each cached key in the cached model, or None for
-    a key not tested; the cached model), as ``analytics.store.noise_models.load_day`` returns it.
+    a key not tested; the cached model; each cached key's ``fit_prints`` row), as
+    ``analytics.store.noise_models.load_day`` returns it.
 
-    Keys the cache has not seen (series that appeared since the day's first run) are fitted here
-    with the day's outlier law. Returns (rows, model, store): rows/model for ``sequential_alarms``;
-    store is None when the cache needs no update, else (keys, tested, model) of the whole day
-    (``analytics.store.noise_models.save_day``)."""
+    Keys the cache has not seen (series that appeared since the day's first run) and keys whose fit
+    data changed since (late rows) are fitted here with the day's outlier law. Returns (rows, model,
+    store): rows/model for ``sequential_alarms``; store is None when the cache needs no update, else
+    (keys, tested, model, prints) of the whole day (``analytics.store.noise_models.save_day``)."""
+    prints = fit_prints(values, last_hour_of_day, config)
     if cached is None:
         rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history)
         tested = np.zeros(len(keys), bool)
         tested[rows] = True
-        return rows, model, (list(keys), tested, model)
-    where, cmodel = cached
-    new = [i for i, k in enumerate(keys) if k not in where]
-    hit = [(i, where[k]) for i, k in enumerate(keys) if k in where and where[k] is not None]
+        return rows, model, (list(keys), tested, model, prints)
+    where, cmodel, cprints = cached
+    fresh = [k in where and _same_print(cprints[k], prints[i]) for i, k in enumerate(keys)]
+    new = [i for i, ok in enumerate(fresh) if not ok]
+    hit = [(i, where[k]) for i, k in enumerate(keys) if fresh[i] and where[k] is not None]
     rows = np.array([i for i, _ in hit], dtype=int)
     model = _subset(cmodel, np.array([j for _, j in hit], dtype=int)) if hit else None
     if not new:
@@ -122,13 +143,15 @@ def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached
                             outliers=law)
     nrows = np.asarray(new, dtype=int)[nrows]
     rows, model = np.concatenate([rows, nrows]), _concat(model, nmodel)
-    # the whole day for the cache: the cached keys (as cached) plus the new ones
-    ckeys = [k for k in where]
-    order = {k: j for k, j in where.items() if j is not None}
+    # the whole day for the cache: the cached keys still current (as cached) plus the (re)fitted ones
+    refit = {keys[i] for i in new}
+    ckeys = [k for k in where if k not in refit]
     allkeys = ckeys + [keys[i] for i in new]
-    tested = np.array([where[k] is not None for k in ckeys] + [i in set(nrows.tolist()) for i in new], bool)
-    old = _subset(cmodel, np.array([order[k] for k in ckeys if where[k] is not None], dtype=int)) if cmodel is not None else None
-    return rows, model, (allkeys, tested, _concat(old, nmodel))
+    nset = set(nrows.tolist())
+    tested = np.array([where[k] is not None for k in ckeys] + [i in nset for i in new], bool)
+    old = _subset(cmodel, np.array([where[k] for k in ckeys if where[k] is not None], dtype=int)) if cmodel is not None else None
+    allprints = np.array([cprints[k] for k in ckeys] + [prints[i] for i in new], float).reshape(-1, 3)
+    return rows, model, (allkeys, tested, _concat(old, nmodel), allprints)
 
 
 def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, thresholds=sq.DEFAULT_THRESHOLDS,

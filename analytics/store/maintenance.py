@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analytics.store import noise_models
 from analytics.store.schema import drop_hourly_before
 from cudawatch import shards as sh
 
@@ -188,6 +189,7 @@ def apply_retention(shards_root: str | os.PathLike, con, reports_root: str | os.
                 drop_hourly_before(con, table, cutoff)
             if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'data_gaps'").fetchone()[0]:
                 result.warehouse_rows["data_gaps"] = int(con.execute("DELETE FROM data_gaps WHERE hour < ?", [cutoff]).fetchone()[0])
+            result.warehouse_rows["noise_models"] = noise_models.drop_before(con, cutoff.date())
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

@@ -51,9 +51,30 @@ def test_a_series_new_since_the_first_run_is_fitted_with_the_days_outlier_law_an
     assert m2.outliers is cached[1].outliers or np.array_equal(m2.outliers.dens_pos, cached[1].outliers.dens_pos)
     cache.save_day(con, "kernel_mean_ns", DAY, "v", *store, nu=m2.nu)
     again = cache.load_day(con, "kernel_mean_ns", DAY, "v")
-    r3, m3, store3 = online.day_model(v[:, :-7], ["a", "b", "c", "d"], 3, again, bad=+1)
+    # a later run of the day (hour 3: three more hours in the matrix, the same fit data)
+    r3, m3, store3 = online.day_model(v[:, :-4], ["a", "b", "c", "d"], 3, again, bad=+1)
     assert store3 is None and r3.tolist() == [0, 1, 2, 3]
     np.testing.assert_array_equal(m3.scale, m2.scale)
+
+
+def test_late_rows_in_a_cached_series_fit_history_refit_it_and_update_the_cache():
+    """Reviewer's finding: the cache was keyed by series only, so hours arriving late for the fit
+    history kept the first run's model (or its 'too little history') all day."""
+    con = duckdb.connect()
+    cache.ensure_tables(con)
+    v = series(n=3, hours=HIST + 24, seed=33)
+    early = v[:, :-7].copy()
+    early[2, : HIST - 150] = np.nan  # its history is late: too little at the day's first run
+    rows, model, cached = store_and_load(con, early, ["a", "b", "c"])
+    assert rows.tolist() == [0, 1] and cached[0]["c"] is None
+    r2, m2, store = online.day_model(v[:, :-4], ["a", "b", "c"], 3, cached, bad=+1)  # hour 3, the late hours arrived
+    assert r2.tolist() == [0, 1, 2] and store is not None and store[1].tolist() == [True, True, True]
+    np.testing.assert_array_equal(m2.scale[:2], model.scale)  # a and b: still the cached fit
+    fresh_rows, fresh = online.fit_day(v[:, :-4], 3, bad=+1, outliers=model.outliers)
+    np.testing.assert_allclose(m2.scale[2], fresh.scale[2], rtol=1e-12)  # c: fitted on its whole history
+    cache.save_day(con, "kernel_mean_ns", DAY, "v", *store, nu=m2.nu)
+    again = cache.load_day(con, "kernel_mean_ns", DAY, "v")
+    assert online.day_model(v[:, :-3], ["a", "b", "c"], 4, again, bad=+1)[2] is None  # current now: nothing to store
 
 
 def test_detect_regressions_stores_the_days_model_once_and_reruns_change_nothing(tmp_path):
