@@ -6,6 +6,8 @@ import datetime as dt
 
 import pyarrow as pa
 
+from analytics.store.tx import transaction
+
 BASELINES_DDL = """
 CREATE TABLE IF NOT EXISTS baselines (
     series VARCHAR NOT NULL,
@@ -35,13 +37,9 @@ def previous_ewma(con, series: str, hour: dt.datetime, alpha: float) -> dict[str
 def replace_hour(con, series: str, as_of: dt.datetime, rows: pa.Table) -> None:
     """Make ``rows`` the baselines of the family ``series`` at ``as_of`` (one transaction)."""
     con.register("_baseline_rows", rows)
-    con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("DELETE FROM baselines WHERE series = ? AND as_of = ?", [series, as_of])
-        con.execute("INSERT INTO baselines SELECT * FROM _baseline_rows")
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            con.execute("DELETE FROM baselines WHERE series = ? AND as_of = ?", [series, as_of])
+            con.execute("INSERT INTO baselines SELECT * FROM _baseline_rows")
     finally:
         con.unregister("_baseline_rows")

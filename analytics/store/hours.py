@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from analytics.store.tx import transaction
+
 UTC = dt.timezone.utc
 
 
@@ -35,15 +37,10 @@ def mark_analysed(con, hour: dt.datetime) -> None:
 
 def replace_gaps(con, hour: dt.datetime, partition: str, missing: list[tuple[str, str, dt.datetime]]) -> None:
     """Make ``missing`` ((host, table, last_seen) triples) the data gaps of ``hour`` in ``partition``."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute("DELETE FROM data_gaps WHERE hour = ? AND partition_name = ?", [hour, partition])
         if missing:
             con.executemany(
                 "INSERT INTO data_gaps (hour, partition_name, host, table_name, last_seen) VALUES (?, ?, ?, ?, ?)",
                 [(hour, partition, host, table, seen) for host, table, seen in missing],
             )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise

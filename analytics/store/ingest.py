@@ -14,6 +14,7 @@ import pyarrow as pa
 from analytics import validate
 from analytics.store import ingest_read
 from analytics.store.schema import RAW_TABLES, refresh_hourly
+from analytics.store.tx import transaction
 from cudawatch import limits
 from cudawatch import shards as sh
 
@@ -193,74 +194,70 @@ def _commit(con, table: str, batch: list[_Shard], fast, slow: list[_Shard], type
     readable = [shard for shard in batch if shard.index in total]  # path order: the first copy wins
     names = sh.SCHEMAS[table].names
     cols = ", ".join(names) + ", shard_id"
-    con.execute("BEGIN TRANSACTION")
     try:
-        for shard in batch:
-            if shard.was_quarantined:  # retried after a rewrite: its old verdict goes
-                con.execute("DELETE FROM quarantine WHERE path = ?", [shard.rel])
-                con.execute("DELETE FROM rejected_rows WHERE path = ?", [shard.rel])
-        ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(readable)]).fetchall()]
-        for sid, shard in zip(ids, readable):
-            shard.shard_id = sid
-        con.register("_ingest_files", pa.table({
-            "_file": pa.array([s.index for s in readable], pa.int32()), "shard_id": pa.array(ids, pa.int64()),
-            "_lo": pa.array([s.partition - limits.PARTITION_SKEW for s in readable], pa.timestamp("us", "UTC")),
-            "_hi": pa.array([s.partition + dt.timedelta(hours=1) + limits.PARTITION_SKEW for s in readable],
-                            pa.timestamp("us", "UTC"))}))
-        if read:
-            con.register("_ingest_read", pa.concat_tables(read))
-        passed: dict = {}
-        if readable:  # a batch of unreadable shards only quarantines them (there is nothing to read)
-            src = ingest_read.source(table, types, [(s.path, c[0]) for s, c in fast], bool(read), now)
-            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ({src.sql}) WHERE _reason IS NULL", src.params)
-            passed = _rows_per_shard(con, table, ids)
-        # Shards with rows that did not pass: why (rare; one more scan of the batch).
-        rejected: dict[int, dict[str, int]] = {s.index: {} for s in readable}
-        if readable and any(passed.get(s.shard_id, (0,))[0] < total[s.index] for s in readable):
-            for index, reason, n in con.execute(f"SELECT _file, _reason, count(*) FROM ({src.sql}) WHERE _reason IS NOT NULL "
-                                                f"GROUP BY ALL", src.params).fetchall():
-                rejected[index][reason] = n
-        good: list[tuple[_Shard, int]] = []
-        for shard in readable:
-            counts = rejected[shard.index]
-            ok = passed.get(shard.shard_id, (0,))[0]
-            rows = total[shard.index]
-            if ok + sum(counts.values()) != rows:  # the file changed between its footer and the read
-                raise sh.ShardError(f"{shard.rel}: changed while being ingested; nothing of its batch was loaded")
-            if validate.mostly_bad(rows, counts):
-                quarantine.append((shard, validate.describe(rows, counts)))
-                if ok:
-                    counts["shard_quarantined"] = ok
-                    con.execute(f"DELETE FROM {table} WHERE shard_id = ?", [shard.shard_id])
-            else:
-                good.append((shard, ok))
-        for shard, reason in quarantine:
-            con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)",
-                        [shard.rel, table, reason, shard.size])
-        spans = [passed[s.shard_id][1:] for s, ok in good if ok]
-        loaded = {s.shard_id: ok for s, ok in good}
-        if spans:
-            lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
-            if not _keys_distinct(con, table, lo, hi):
-                loaded = _insert_deduplicated(con, table, src, [s.shard_id for s, _ in good], ids, lo, hi)
-            refresh_hourly(con, table, lo, hi)
-        dups = [(shard.rel, "duplicate", ok - loaded.get(shard.shard_id, 0)) for shard, ok in good
-                if ok - loaded.get(shard.shard_id, 0)]
-        records = [(shard.rel, r, n) for shard in readable for r, n in rejected[shard.index].items()] + dups
-        if good:
-            ledger = [(s.shard_id, s.rel, table, s.partition, loaded.get(s.shard_id, 0), s.size) for s, _ in good]
-            con.register("_batch_ledger", pa.Table.from_pylist([dict(zip(_LEDGER_COLUMNS, row)) for row in ledger]))
-            con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
-            con.unregister("_batch_ledger")
-        if records:
-            con.register("_batch_rejected", pa.table({"path": [r[0] for r in records], "table_name": [table] * len(records),
-                                                      "reason": [r[1] for r in records], "rows": [r[2] for r in records]}))
-            con.execute("INSERT OR REPLACE INTO rejected_rows (path, table_name, reason, rows) SELECT * FROM _batch_rejected")
-            con.unregister("_batch_rejected")
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            for shard in batch:
+                if shard.was_quarantined:  # retried after a rewrite: its old verdict goes
+                    con.execute("DELETE FROM quarantine WHERE path = ?", [shard.rel])
+                    con.execute("DELETE FROM rejected_rows WHERE path = ?", [shard.rel])
+            ids = [r[0] for r in con.execute("SELECT nextval('shard_id_seq') FROM range(?)", [len(readable)]).fetchall()]
+            for sid, shard in zip(ids, readable):
+                shard.shard_id = sid
+            con.register("_ingest_files", pa.table({
+                "_file": pa.array([s.index for s in readable], pa.int32()), "shard_id": pa.array(ids, pa.int64()),
+                "_lo": pa.array([s.partition - limits.PARTITION_SKEW for s in readable], pa.timestamp("us", "UTC")),
+                "_hi": pa.array([s.partition + dt.timedelta(hours=1) + limits.PARTITION_SKEW for s in readable],
+                                pa.timestamp("us", "UTC"))}))
+            if read:
+                con.register("_ingest_read", pa.concat_tables(read))
+            passed: dict = {}
+            if readable:  # a batch of unreadable shards only quarantines them (there is nothing to read)
+                src = ingest_read.source(table, types, [(s.path, c[0]) for s, c in fast], bool(read), now)
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ({src.sql}) WHERE _reason IS NULL", src.params)
+                passed = _rows_per_shard(con, table, ids)
+            # Shards with rows that did not pass: why (rare; one more scan of the batch).
+            rejected: dict[int, dict[str, int]] = {s.index: {} for s in readable}
+            if readable and any(passed.get(s.shard_id, (0,))[0] < total[s.index] for s in readable):
+                for index, reason, n in con.execute(f"SELECT _file, _reason, count(*) FROM ({src.sql}) WHERE _reason IS NOT NULL "
+                                                    f"GROUP BY ALL", src.params).fetchall():
+                    rejected[index][reason] = n
+            good: list[tuple[_Shard, int]] = []
+            for shard in readable:
+                counts = rejected[shard.index]
+                ok = passed.get(shard.shard_id, (0,))[0]
+                rows = total[shard.index]
+                if ok + sum(counts.values()) != rows:  # the file changed between its footer and the read
+                    raise sh.ShardError(f"{shard.rel}: changed while being ingested; nothing of its batch was loaded")
+                if validate.mostly_bad(rows, counts):
+                    quarantine.append((shard, validate.describe(rows, counts)))
+                    if ok:
+                        counts["shard_quarantined"] = ok
+                        con.execute(f"DELETE FROM {table} WHERE shard_id = ?", [shard.shard_id])
+                else:
+                    good.append((shard, ok))
+            for shard, reason in quarantine:
+                con.execute("INSERT INTO quarantine (path, table_name, reason, bytes) VALUES (?, ?, ?, ?)",
+                            [shard.rel, table, reason, shard.size])
+            spans = [passed[s.shard_id][1:] for s, ok in good if ok]
+            loaded = {s.shard_id: ok for s, ok in good}
+            if spans:
+                lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+                if not _keys_distinct(con, table, lo, hi):
+                    loaded = _insert_deduplicated(con, table, src, [s.shard_id for s, _ in good], ids, lo, hi)
+                refresh_hourly(con, table, lo, hi)
+            dups = [(shard.rel, "duplicate", ok - loaded.get(shard.shard_id, 0)) for shard, ok in good
+                    if ok - loaded.get(shard.shard_id, 0)]
+            records = [(shard.rel, r, n) for shard in readable for r, n in rejected[shard.index].items()] + dups
+            if good:
+                ledger = [(s.shard_id, s.rel, table, s.partition, loaded.get(s.shard_id, 0), s.size) for s, _ in good]
+                con.register("_batch_ledger", pa.Table.from_pylist([dict(zip(_LEDGER_COLUMNS, row)) for row in ledger]))
+                con.execute(f"INSERT INTO shard_ledger ({', '.join(_LEDGER_COLUMNS)}) SELECT * FROM _batch_ledger")
+                con.unregister("_batch_ledger")
+            if records:
+                con.register("_batch_rejected", pa.table({"path": [r[0] for r in records], "table_name": [table] * len(records),
+                                                          "reason": [r[1] for r in records], "rows": [r[2] for r in records]}))
+                con.execute("INSERT OR REPLACE INTO rejected_rows (path, table_name, reason, rows) SELECT * FROM _batch_rejected")
+                con.unregister("_batch_rejected")
     finally:
         con.unregister("_ingest_files")
         if read:

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from analytics.store import noise_models
 from analytics.store.schema import drop_hourly_before
+from analytics.store.tx import transaction
 from cudawatch import shards as sh
 
 #: Host part of a merged shard's name; ``compacted-0-<uuid>.parquet`` follows shards.shard_name.
@@ -131,8 +132,7 @@ def _merge(root: Path, con, table: str, hour: dt.datetime, folder: Path, small: 
     final = folder / f"{COMPACTED_HOST}-0-{uuid.uuid4().hex[:12]}.parquet"
     final_rel = final.relative_to(root).as_posix()
     # 1. the ledger learns the merged file (rows already loaded from its sources) ...
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         shard_id = con.execute("SELECT nextval('shard_id_seq')").fetchone()[0]
         con.execute(
             "INSERT INTO shard_ledger (shard_id, path, table_name, partition_hour, rows, bytes) VALUES (?, ?, ?, ?, 0, 0)",
@@ -142,10 +142,6 @@ def _merge(root: Path, con, table: str, hour: dt.datetime, folder: Path, small: 
             "INSERT OR REPLACE INTO shard_compactions (source_path, compacted_path, rows) VALUES (?, ?, ?)",
             [(rel[p], final_rel, None) for p in small],
         )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     # 2. ... then the file appears atomically, 3. then the sources go.
     with sh.atomic_file(final) as fh:
         pq.write_table(data, fh, compression="zstd")
@@ -181,8 +177,7 @@ def apply_retention(shards_root: str | os.PathLike, con, reports_root: str | os.
                         folder.parent.rmdir()  # the date folder, once empty
     if policy.warehouse_days > 0:
         cutoff = now - dt.timedelta(days=policy.warehouse_days)
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             for table, col in sh.TIME_COLUMN.items():
                 n = con.execute(f"DELETE FROM {table} WHERE {col} < ?", [cutoff]).fetchone()[0]
                 result.warehouse_rows[table] = int(n)
@@ -190,10 +185,6 @@ def apply_retention(shards_root: str | os.PathLike, con, reports_root: str | os.
             if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'data_gaps'").fetchone()[0]:
                 result.warehouse_rows["data_gaps"] = int(con.execute("DELETE FROM data_gaps WHERE hour < ?", [cutoff]).fetchone()[0])
             result.warehouse_rows["noise_models"] = noise_models.drop_before(con, cutoff.date())
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
     if policy.report_days > 0 and Path(reports_root).is_dir():
         cutoff_day = (now - dt.timedelta(days=policy.report_days)).date()
         for day_dir in sorted(Path(reports_root).iterdir()):

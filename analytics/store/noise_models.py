@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from analytics import noise_model as nm
+from analytics.store.tx import transaction
 
 DDL = """
 CREATE TABLE IF NOT EXISTS noise_models (
@@ -105,17 +106,13 @@ def save_day(con, series: str, day: dt.date, version: str, keys: list[str], test
                      "fit_n": prints[:, 0], "fit_sum": prints[:, 1], "fit_wsum": prints[:, 2]})
     law = model.outliers if model is not None else None
     con.register("_noise_rows", rows)
-    con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("DELETE FROM noise_models WHERE series = ? AND day = ? AND version = ?", [series, day, version])
-        con.execute("DELETE FROM noise_outliers WHERE series = ? AND day = ? AND version = ?", [series, day, version])
-        con.execute("INSERT INTO noise_models SELECT * FROM _noise_rows")
-        con.execute("INSERT INTO noise_outliers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [series, day, version, float(nu), int(period)] + ([None] * 5 if law is None else
-                     [law.p_pos, law.p_neg, law.edges.tolist(), law.dens_pos.tolist(), law.dens_neg.tolist()]))
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            con.execute("DELETE FROM noise_models WHERE series = ? AND day = ? AND version = ?", [series, day, version])
+            con.execute("DELETE FROM noise_outliers WHERE series = ? AND day = ? AND version = ?", [series, day, version])
+            con.execute("INSERT INTO noise_models SELECT * FROM _noise_rows")
+            con.execute("INSERT INTO noise_outliers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [series, day, version, float(nu), int(period)] + ([None] * 5 if law is None else
+                         [law.p_pos, law.p_neg, law.edges.tolist(), law.dens_pos.tolist(), law.dens_neg.tolist()]))
     finally:
         con.unregister("_noise_rows")

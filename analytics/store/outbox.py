@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from analytics.store.tx import transaction
+
 DDL = """
 CREATE TABLE IF NOT EXISTS alert_outbox (
     event_id VARCHAR NOT NULL,          -- the message id: the incident id, or <incident id>-<severity> for an escalation
@@ -106,17 +108,12 @@ def enqueue(con, messages: Iterable[tuple[str, str, list[str], dict[str, Any], s
     if not rows:
         return 0
     before = con.execute("SELECT count(*) FROM alert_outbox").fetchone()[0]
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.executemany(
             "INSERT OR IGNORE INTO alert_outbox (event_id, channel, event_ids, payload, next_attempt_at, created_at, incident_id, severity) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return con.execute("SELECT count(*) FROM alert_outbox").fetchone()[0] - before
 
 

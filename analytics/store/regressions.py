@@ -10,6 +10,7 @@ import datetime as dt
 import json
 
 from analytics.results import Finding, Regression
+from analytics.store.tx import transaction
 
 OPEN = ("new", "ongoing")
 
@@ -115,8 +116,7 @@ def save_events(con, inserts: list[tuple[Regression, str, dt.datetime | None]], 
     """One transaction: ``updates`` ((event_id, status, after, magnitude_pct, p_value, ended_at))
     of known events, then ``inserts`` ((regression, series_key, ended_at)) of new ones (an event
     already stored is left as it is)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for event_id, status, after, mag, p, ended in updates:
             con.execute(
                 "UPDATE regressions SET status = ?, after = ?, magnitude_pct = ?, p_value = ?, ended_at = ?, updated_at = ? WHERE event_id = ?",
@@ -129,10 +129,6 @@ def save_events(con, inserts: list[tuple[Regression, str, dt.datetime | None]], 
                 [r.event_id, r.series, series_key, r.job, r.kernel, r.kernel_id, r.gpu_uuid, r.signature, r.onset,
                  r.before, r.after, r.magnitude_pct, r.p_value, r.severity, r.share_gpu_time, r.status, as_of, as_of, ended_at],
             )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 def load_regressions(con, since: dt.datetime | None = None, until: dt.datetime | None = None, statuses=None,
@@ -216,12 +212,7 @@ def store_findings(con, regressions: list[Regression]) -> None:
     con.execute(FINDINGS_DDL)
     rows = [(r.event_id, f.rule, float(f.confidence), json.dumps(dict(f.evidence), default=str, sort_keys=True), f.recommendation)
             for r in regressions for f in r.causes]
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute("DELETE FROM findings WHERE event_id IN (SELECT unnest(?::VARCHAR[]))", [[r.event_id for r in regressions]])
         if rows:
             con.executemany("INSERT INTO findings VALUES (?, ?, ?, ?, ?)", rows)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from analytics.store.tx import transaction
 from cudawatch import shards as sh
 
 #: Raw tables take the shard contract's columns plus the id of the shard each row came from.
@@ -168,17 +169,12 @@ def _ensure_rollups(con: duckdb.DuckDBPyConnection) -> None:
     rows (``stale_rollups``), each in one transaction: nothing but the rollup is touched, and an
     interrupted rebuild leaves the old table."""
     for name, what in stale_rollups(con).items():
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             if what == "view":
                 con.execute(f"DROP VIEW {name}")
             elif what == "columns":
                 con.execute(f"DROP TABLE {name}")
             con.execute(f"CREATE TABLE {name} AS {ROLLUPS[name][2].format(where='')}")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
 
 
 #: Hourly bookkeeping: which hours the analysis has run for, and which expected shards never came.
