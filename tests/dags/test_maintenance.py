@@ -139,3 +139,24 @@ def test_maintenance_dag_end_to_end(dagbag, loaded, tmp_path, monkeypatch):
     assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == rows
     assert con.execute("SELECT count(*) FROM shard_compactions").fetchone()[0] == 2 * 4 * 2
     con.close()
+
+
+def test_retention_drops_cached_noise_models_before_its_cutoff(tmp_path):
+    """Reviewer's finding: the day's noise-model cache grew one row per series per day forever."""
+    from analytics import online
+    from analytics.store import noise_models as cache
+    from tests.analytics.test_sequential import HIST, series
+
+    con = store.connect(tmp_path / "w.duckdb")
+    cache.ensure_tables(con)
+    v = series(n=2, hours=HIST + 17, seed=34)
+    rows, model, keep = online.day_model(v, ["a", "b"], 0, None, bad=+1)
+    for day in (dt.date(2026, 11, 1), dt.date(2026, 11, 20)):
+        cache.save_day(con, "kernel_mean_ns", day, "v", *keep, nu=model.nu)
+    now = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
+    result = maintenance.apply_retention(tmp_path / "shards", con, tmp_path / "reports", now=now,
+                                         policy=maintenance.RetentionPolicy(0, 10, 0))
+    assert result.warehouse_rows["noise_models"] == 2
+    assert con.execute("SELECT DISTINCT day FROM noise_models").fetchall() == [(dt.date(2026, 11, 20),)]
+    assert con.execute("SELECT DISTINCT day FROM noise_outliers").fetchall() == [(dt.date(2026, 11, 20),)]
+    assert cache.load_day(con, "kernel_mean_ns", dt.date(2026, 11, 20), "v") is not None
