@@ -142,6 +142,9 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         # a log entry is a detach/attach cycle only if the on-phase paused (cycle_s > 0)
         on_t = [d[0] for d in session.duty_log if d[5] > 0 and d[0] - wall0 >= 0.2 * seconds]
         result["cycles"] = sum(1 for d in session.duty_log if d[5] > 0)
+        dr = session.tracer.drain  # the wait before each detach's forced flush (collector.drain)
+        result["drain"] = {"detaches": dr.detaches, "lossy": dr.lossy, "lost": dr.lost, "waited_s": dr.waited_s,
+                           "last_wait_s": dr.wait_s()}
         result["trim"] = trim
         result["duty_pinned"] = duty
         if len(on_t) >= 2:

@@ -14,7 +14,9 @@ their timestamps (measured on the H200, docs/collector.md): with a pool limit of
 lost its timestamps after ~20 s of 1 s forced flushes; with CUPTI's defaults (3.2 MB x 250) GPU
 memory grew ~1 MB/s until the pool would run out. Forced flushes therefore happen only in
 ``pause()``/``detach()``, after the kinds are disabled and right before ``cuptiFinalize``, which
-releases every device buffer.
+releases every device buffer. Between the disable and the forced flush the detach waits for kernels
+still queued on the GPU (``collector.drain.DetachDrain``, adaptive, at most 100 ms), so their
+records are not returned without timestamps.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from cupti import cupti  # noqa: F401  (ImportError tells the caller CUPTI is mi
 
 from collector.aggregate import COPY_KINDS, MEMORY_KINDS, Aggregator
 from collector.budget import BufferBudget, trim_heap
+from collector.drain import DetachDrain
 
 AK = cupti.ActivityKind
 TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
@@ -66,9 +69,11 @@ class CuptiTracer:
             as recorded (used to keep real records under tests/data/cupti).
     """
 
-    def __init__(self, agg: Aggregator, budget: BufferBudget | None = None, *, dump_path: str | None = None, dump_max: int = 4000) -> None:
+    def __init__(self, agg: Aggregator, budget: BufferBudget | None = None, *, dump_path: str | None = None, dump_max: int = 4000,
+                 drain: DetachDrain | None = None) -> None:
         self.agg = agg
         self.budget = budget or BufferBudget()
+        self.drain = drain or DetachDrain()
         self.kernels = 0
         self.copies = 0
         self.overheads = 0
@@ -185,14 +190,19 @@ class CuptiTracer:
         self.detach()
 
     def detach(self, *, final: bool = False) -> None:
-        """Disable, flush (unforced, then forced) and ``cuptiFinalize``: CUPTI leaves the process and
-        its launch-path cost and device buffers with it. Kernels still running at the forced flush
-        arrive without timestamps and are counted as invalid."""
+        """Disable, flush unforced, wait for queued kernels (``self.drain``), flush forced and
+        ``cuptiFinalize``: CUPTI leaves the process and its launch-path cost and device buffers with
+        it. Kernels still running at the forced flush arrive without timestamps and are counted as
+        invalid; how many did steers the next wait."""
         if not self.attached:
             return
+        zero0, wait = self.agg.invalid_zero_ts, 0.0
         try:
             self.disable()
             cupti.activity_flush_all(0)
+            wait = self.drain.wait_s()
+            if wait > 0:
+                time.sleep(wait)
             cupti.activity_flush_all(1)
         finally:
             with self._lock:
@@ -200,6 +210,8 @@ class CuptiTracer:
                 self.attached = False
                 self.enabled = False
             self.trims += trim_heap()
+            # read after cuptiFinalize: every record of this attach has been delivered by then
+            self.drain.note(self.agg.invalid_zero_ts - zero0, wait)
         if final and self._dump is not None:
             self._dump.close()
             self._dump = None
