@@ -14,7 +14,8 @@ peak growth, the collector's open signatures, the traced fraction actually used 
 records delivered, without timestamps and dropped, and the shard volume: bytes actually written, and an
 extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
 repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
-It also reports the detach/attach cycles and the RSS slope per cycle, and the slope of Python's
+It also reports the detach/attach cycles and the RSS slope per cycle (least squares after the first
+20 %, and a Theil-Sen slope over the second half that one-off steps do not move), and the slope of Python's
 allocated blocks (``sys.getallocatedblocks``, cheap) so growth can be told apart: Python objects or
 native memory (CUPTI, glibc). ``--duty`` pins the traced fraction (the controller would otherwise
 go to full tracing, i.e. no cycles, when the budget allows it); ``--no-trim`` turns off the
@@ -46,6 +47,13 @@ def train(seconds: float, log_every: int = 0) -> int:
         steps += 1
     torch.cuda.synchronize()
     return steps
+
+
+def _robust_slope(points: list[tuple[float, float]]) -> float:
+    """Theil-Sen slope (median of pairwise slopes) of (t seconds, MiB) in MiB per minute: a few one-off
+    steps (the first shard write importing pyarrow: +41-46 MiB on the H200) do not set it."""
+    slopes = [(b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(points) for b in points[i + 1:] if b[0] > a[0]]
+    return 60.0 * statistics.median(slopes) if slopes else float("nan")
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -151,6 +159,10 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
             per_min = 60.0 * (len(on_t) - 1) / (on_t[-1] - on_t[0])
             result["cycles_per_min_after_warmup"] = per_min
             result["rss_mib_per_cycle"] = result["rss_slope_mib_per_min"] / per_min
+            # robust, over the second half (after the first window's shard write for runs >= 2 windows)
+            half = [p for p in samples if p[0] >= 0.5 * seconds]
+            result["rss_theil_sen_second_half_mib_per_min"] = _robust_slope(half)
+            result["rss_mib_per_cycle_robust"] = result["rss_theil_sen_second_half_mib_per_min"] / per_min
         result["records"] = session.agg.records_total
         result["max_open_signatures"] = max(sigs) if sigs else None
         result["controller_duty_at_end"] = session.controller.duty
