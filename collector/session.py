@@ -304,7 +304,7 @@ class Session:
                       "ts": now, "duty": self.controller.duty if self.adaptive else 1.0,
                       "overhead_pct": 100.0 * (window.cost_s if window else 0.0) / alive,
                       "budget_pct": self.budget_pct, "dropped_records": window.dropped if window else 0,
-                      "records": a.records_total, "shards_written": len(self.spool.shards_written),
+                      "records": a.records_total, "shards_written": self.spool.shards_total,
                       "running": not self.stopped,
                       # data quality: totals since start (Prometheus counters) and the last closed window
                       "records_delivered_total": a.delivered_total, "records_valid_total": a.records_total,

@@ -27,6 +27,7 @@ from collector.rows import ProcessMeta, health_table, kernels_table, memcpy_tabl
 from cudawatch.shards import write_shard
 
 SPOOL_DIR = ".spool"
+SHARDS_KEPT = 64  # paths of the newest shards a session keeps for its caller (all of them: shards_total)
 _TABLES = ("kernels", "memcpy", "health")
 _UTC = dt.timezone.utc
 
@@ -51,11 +52,17 @@ class Spool:
         self.dir = self.root / SPOOL_DIR / f"{meta.host}-{meta.pid}-{meta.run_id}"
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "session.json").write_text(json.dumps({"host": meta.host, "pid": meta.pid, "run_id": meta.run_id}))
+        self._dir_s = str(self.dir)  # per-window names are built as strings (see add_windows)
         self._seq = 0
-        self.shards_written: list[Path] = []
+        self.shards_written: list[Path] = []  # the last SHARDS_KEPT shards written (3 a process-hour)
+        self.shards_total = 0
 
     def add_windows(self, windows: list[Window]) -> int:
-        """Spool closed windows (one file per table per window); returns files written."""
+        """Spool closed windows (one file per table per window); returns files written.
+
+        File names are plain strings, never ``pathlib.Path``: on CPython 3.12 every ``Path`` built
+        from a new name interns its parts forever (python/cpython#121780, #113993), so one unique
+        name per window would grow a collector that stays on for weeks (tests/collector/test_retention.py)."""
         n = 0
         for w in windows:
             for table, build in (("kernels", kernels_table), ("memcpy", memcpy_table), ("health", health_table)):
@@ -63,8 +70,7 @@ class Spool:
                 if data.num_rows == 0:
                     continue
                 self._seq += 1
-                final = self.dir / f"{table}-{w.start_s}-{self._seq:06d}.parquet"
-                _atomic_parquet(data, final)
+                _atomic_parquet(data, self._dir_s, f"{table}-{w.start_s}-{self._seq:06d}.parquet")
                 n += 1
         return n
 
@@ -72,7 +78,8 @@ class Spool:
         """Write shards for every spooled hour that is over (all hours when ``final``)."""
         current = None if final else _hour_of(int(now_s))
         written = combine(self.root, self.dir, self.meta.host, self.meta.pid, before_hour=current)
-        self.shards_written.extend(written)
+        self.shards_total += len(written)
+        self.shards_written = (self.shards_written + written)[-SHARDS_KEPT:]  # bounded: weeks of hours
         return written
 
     def close(self) -> None:
@@ -81,8 +88,8 @@ class Spool:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _atomic_parquet(data: pa.Table, final: Path) -> None:
-    tmp = final.with_name(".tmp-" + final.name)
+def _atomic_parquet(data: pa.Table, folder: str, name: str) -> None:
+    final, tmp = os.path.join(folder, name), os.path.join(folder, ".tmp-" + name)
     with open(tmp, "wb") as fh:
         pq.write_table(data, fh, compression="zstd")
         fh.flush()
