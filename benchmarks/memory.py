@@ -15,7 +15,7 @@ records delivered, without timestamps and dropped, and the shard volume: bytes a
 extrapolation to one GPU-day made by writing one hour of real windows (the busiest real window
 repeated with shifted timestamps) as a shard with ``write_shard`` and multiplying its size by 24.
 It also reports the detach/attach cycles and the RSS slope per cycle (least squares after the first
-20 %, and a Theil-Sen slope over the second half that one-off steps do not move), and the slope of Python's
+20 %, and a Theil-Sen slope over the second half, which one-off steps move far less), and the slope of Python's
 allocated blocks (``sys.getallocatedblocks``, cheap) so growth can be told apart: Python objects or
 native memory (CUPTI, glibc). ``--duty`` pins the traced fraction (the controller would otherwise
 go to full tracing, i.e. no cycles, when the budget allows it); ``--no-trim`` turns off the
@@ -50,8 +50,9 @@ def train(seconds: float, log_every: int = 0) -> int:
 
 
 def _robust_slope(points: list[tuple[float, float]]) -> float:
-    """Theil-Sen slope (median of pairwise slopes) of (t seconds, MiB) in MiB per minute: a few one-off
-    steps (the first shard write importing pyarrow: +41-46 MiB on the H200) do not set it."""
+    """Theil-Sen slope (median of pairwise slopes) of (t seconds, MiB) in MiB per minute. A one-off step
+    (the first shard write importing pyarrow: +41-46 MiB on the H200) moves it far less than least
+    squares, and not at all when it lies near either end of the samples."""
     slopes = [(b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(points) for b in points[i + 1:] if b[0] > a[0]]
     return 60.0 * statistics.median(slopes) if slopes else float("nan")
 
@@ -150,9 +151,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         # a log entry is a detach/attach cycle only if the on-phase paused (cycle_s > 0)
         on_t = [d[0] for d in session.duty_log if d[5] > 0 and d[0] - wall0 >= 0.2 * seconds]
         result["cycles"] = sum(1 for d in session.duty_log if d[5] > 0)
-        dr = session.tracer.drain  # the wait before each detach's forced flush (collector.drain)
-        result["drain"] = {"detaches": dr.detaches, "lossy": dr.lossy, "lost": dr.lost, "waited_s": dr.waited_s,
-                           "last_wait_s": dr.wait_s()}
+
         result["trim"] = trim
         result["duty_pinned"] = duty
         if len(on_t) >= 2:
@@ -172,6 +171,11 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         result["dropped"] = session.dropped_total
         result["records_delivered"] = session.agg.delivered_total
         result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
+        # the wait before each detach's forced flush (collector.drain), read after stop() like the
+        # counts above; compare runs per detach (lost / detaches): the wait lengthens the period
+        dr = session.tracer.drain
+        result["drain"] = {"detaches": dr.detaches, "lossy": dr.lossy, "lost": dr.lost, "waited_s": dr.waited_s,
+                           "last_wait_s": dr.wait_s(), "lost_per_detach": dr.lost / max(dr.detaches, 1)}
         # the traced fraction actually used: time-weighted sampling_duty of the health rows
         from cudawatch.shards import list_shards, read_shard
 

@@ -11,7 +11,10 @@ How long is enough depends on how far the program runs ahead of the GPU, so the 
 what each detach shows: after a detach that still returned records without timestamps the wait
 doubles (up to ``max_s``); after one that returned none it shrinks by 5 % (down to ``min_s``),
 so it follows a program whose queue gets shorter, probing again only every ~14 detaches (a wait
-too long costs the collector's thread time, a wait too short costs records). The wait runs on the collector's
+too long costs the collector's thread time, a wait too short costs records). A loss that a longer
+wait did not reduce is not a queue (a kernel that never ends, such as a persistent or NCCL kernel,
+or records that lost their timestamps to an exhausted device-buffer pool): the wait then drops back
+to ``min_s`` instead of sitting at the maximum on every detach. The wait runs on the collector's
 thread; the program keeps running meanwhile, attached with every kind disabled (no records, a
 fraction of the traced launch cost), and the session counts the wait in the detach/attach cycle's
 time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off.
@@ -23,9 +26,12 @@ from __future__ import annotations
 import os
 
 #: Longest wait (seconds). 100 ms holds ~6,600 queued 15 us kernels or ~65 queued 8192^3 bf16
-#: matmuls; with the ~16-77 ms a detach + attach takes, a cycle then stays near the 150 ms the
-#: controller already assumes per cycle (collector.control.CYCLE_FLOOR_S).
+#: matmuls; with the 16-77 ms a detach + attach takes, a cycle at the longest wait costs 116-177 ms,
+#: about the 150 ms the controller already assumes per cycle (collector.control.CYCLE_FLOOR_S).
 DEFAULT_MAX_S = 0.1
+#: Largest accepted ``CUDAWATCH_DETACH_DRAIN_MS``: the wait runs on the collector's thread, which
+#: ``stop()`` joins for at most 10 s.
+LIMIT_MS = 1000.0
 DEFAULT_START_S = 0.01
 DEFAULT_MIN_S = 0.002
 #: Factor per detach that lost nothing: back across a doubling in log(2)/log(1/0.95) = 13.5 detaches.
@@ -47,9 +53,11 @@ class DetachDrain:
             try:
                 max_s = DEFAULT_MAX_S if raw is None or raw == "" else float(raw) / 1e3
             except ValueError:
-                raise ValueError(f"CUDAWATCH_DETACH_DRAIN_MS must be a number of milliseconds, got {raw!r}") from None
-        if max_s < 0:
-            raise ValueError(f"the longest detach drain must be >= 0 s, got {max_s}")
+                max_s = float("nan")
+            if not 0 <= max_s <= LIMIT_MS / 1e3:  # also NaN
+                raise ValueError(f"CUDAWATCH_DETACH_DRAIN_MS must be a number of milliseconds in [0, {LIMIT_MS:g}], got {raw!r}")
+        if not 0 <= max_s <= LIMIT_MS / 1e3:
+            raise ValueError(f"the longest detach drain must be in [0, {LIMIT_MS / 1e3:g}] s, got {max_s}")
         self.max_s = max_s
         self.min_s = min(min_s, max_s)
         self.current_s = min(start_s, max_s)
@@ -57,6 +65,7 @@ class DetachDrain:
         self.lost = 0  # records without timestamps returned by the forced flushes
         self.lossy = 0  # detaches whose forced flush returned any
         self.waited_s = 0.0  # total time waited
+        self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
 
     def wait_s(self) -> float:
         """How long the next detach waits before its forced flush."""
@@ -66,9 +75,14 @@ class DetachDrain:
         """Record one detach: ``lost`` records came back without timestamps after waiting ``waited_s``."""
         self.detaches += 1
         self.waited_s += waited_s
-        if lost > 0:
-            self.lost += lost
-            self.lossy += 1
-            self.current_s = min(self.max_s, max(self.current_s, self.min_s) * 2.0)
-        else:
+        if lost <= 0:
+            self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)
+            return
+        self.lost += lost
+        self.lossy += 1
+        prev, self._last_lossy = self._last_lossy, (waited_s, lost)
+        if prev is not None and waited_s > prev[0] and lost >= prev[1]:
+            self.current_s = self.min_s  # waiting longer lost as many: not kernels in a queue
+        else:
+            self.current_s = min(self.max_s, max(self.current_s, self.min_s) * 2.0)

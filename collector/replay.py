@@ -16,6 +16,7 @@ import json
 import time
 
 from collector.aggregate import Aggregator
+from collector.drain import DetachDrain
 
 
 def load_records(path) -> tuple[list, list]:
@@ -54,6 +55,7 @@ class ReplayTracer:
         self.callback_s = 0.0
         self.buffers_requested = self.buffers_completed = 0
         self.attached = self.enabled = False
+        self.drain = DetachDrain(0.0)  # recorded records are complete: a detach never waits
         self.clock_offset_ns = 0
         self._delivered_until = 0  # replay-relative ns already handed out
         self._wall0: int | None = None

@@ -105,11 +105,8 @@ class Session:
                                 cupti_version=version, alive_from_s=time.time(), budget_pct=self.budget_pct)
         self.agg = Aggregator(self.window_s)
         budget = BufferBudget(self.buffer_mib << 20)
-        if replay:
-            self.tracer = tracer_cls(self.agg, replay, budget)
-        else:
-            self.tracer = tracer_cls(self.agg, budget, dump_path=self.dump_path)
-        try:
+        try:  # a bad setting (e.g. CUDAWATCH_DETACH_DRAIN_MS) turns the collector off, never the program
+            self.tracer = tracer_cls(self.agg, replay, budget) if replay else tracer_cls(self.agg, budget, dump_path=self.dump_path)
             self.tracer.attach()
         except Exception as exc:
             self.reason = f"CUPTI activity tracing could not start ({exc})"
@@ -141,14 +138,14 @@ class Session:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         on_since = self._on_since
-        was_on = self.tracer.enabled
+        was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
         try:
-            self.tracer.detach(final=True)  # disable, unforced + forced flush, cuptiFinalize
+            self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
         except Exception as exc:
             self._error(time.time(), "final flush/detach", exc)
         now = time.time()
         if was_on and on_since is not None:
-            self.agg.add_traced_time(on_since, now)
+            self.agg.add_traced_time(on_since, off_at)
         self._account(now, on_s=0.0)
         self.meta.alive_to_s = now
         self.meta.devices = self.meta.devices or self._device_map(now)

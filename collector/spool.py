@@ -79,7 +79,7 @@ class Spool:
         current = None if final else _hour_of(int(now_s))
         written = combine(self.root, self.dir, self.meta.host, self.meta.pid, before_hour=current)
         self.shards_total += len(written)
-        self.shards_written = (self.shards_written + written)[-SHARDS_KEPT:]  # bounded: weeks of hours
+        self.shards_written = (self.shards_written + written)[-SHARDS_KEPT:]  # bounded for a weeks-long run
         return written
 
     def close(self) -> None:

@@ -1,10 +1,13 @@
-"""The collector's own Python side keeps nothing per window: the window → Parquet spool path, fed
-real H200 records window after window, holds its memory flat once pyarrow's caches are warm.
+"""The collector's window → Parquet spool path keeps nothing per window: fed real H200 records
+window after window (aggregator, row building, spool files), its memory stays flat once pyarrow's
+caches are warm.
 
-This tells our Python code apart from native growth when a process under the collector grows
-(docs/benchmarks.md §6 measured ~0.3 MiB per detach/attach cycle on the GPU). It found one leak:
-the spool named each window's file with ``pathlib``, whose parts CPython 3.12 interns forever
-(python/cpython#121780), one unique name per window and table.
+The first test found a leak: the spool named each window's file with ``pathlib``, whose parts
+CPython 3.12 (the GPU hosts' Python) interns forever (python/cpython#121780), one unique name per
+window and table. On CPython 3.11, where CI runs, interned strings are freed, so the tracemalloc
+test cannot see that leak; it guards against anything else this path would keep per window.
+Not covered here: the tracer's callback and the binding's record objects, detach/attach cycles,
+the controller and the duty log (bounded by ``DUTY_LOG_MAX``).
 """
 
 from __future__ import annotations
