@@ -27,8 +27,8 @@ from analytics import sequential as sq  # noqa: E402
 from benchmarks import detection_rows as rows  # noqa: E402
 from simulator.noise import hourly_log_noise  # noqa: E402
 
-CASES = ((0.0015, 0.02, "fleet simulator (drift 0.15 %/h, outliers 2 %)"), (0.0005, 0.02, "drift 0.05 %/h"),
-         (0.0, 0.02, "no drift"), (0.0015, 0.0, "drift 0.15 %/h, no outliers"))
+CASES = ((0.0015, 0.02, "fleet simulator (drift 0.15 %/h, outliers 2 %)"), (0.0010, 0.02, "drift 0.10 %/h"),
+         (0.0005, 0.02, "drift 0.05 %/h"), (0.0, 0.02, "no drift"), (0.0015, 0.0, "drift 0.15 %/h, no outliers"))
 
 
 def main(argv=None) -> int:
