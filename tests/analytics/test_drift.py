@@ -103,3 +103,33 @@ def test_an_isolated_outlier_hour_in_a_drifting_series_never_alarms(size):
     hour = HIST + 40
     values[5, hour] *= 1 + size
     assert [r for r in hourly_runs(values, hour, hour + 11) if r[0] == 5] == []
+
+
+def test_for_gaussian_innovations_the_profiled_null_is_the_glr_of_the_contrast_with_the_walks_variance():
+    """With nu -> inf (Gaussian), phi = 0 and a constant reference, l(b) = S b - I b^2 / 2, and the
+    statistic minus the null's profile is d^2 / (2 (1/I + Vrw)) (docs/detection.md), up to the
+    grids of d and b (a fine grid of b here; the shipped DRIFT_GRID's 7 values leave the null's
+    maximum up to ~18 % of the statistic short, measured on these windows)."""
+    cfg = sq.SequentialConfig(nu=1e6, clean_prev=0.0, floor_pct=0.01, grid=64, grid_lo=0.01, grid_hi=20.0)
+    M, n, s = cfg.max_window, 200, 0.01
+    rng = np.random.default_rng(7)
+    e0 = rng.normal(0.0, s, (n, M)) + rng.uniform(0.0, 0.02, (n, 1))  # innovations = residuals (phi 0)
+    phi, scale = np.zeros(n), np.full(n, s)
+    stat, _, _ = sq.glr(e0, np.zeros((n, M)), phi, scale, cfg)
+    q = 0.0015
+    model = nm.NoiseModel(phi=phi, scale=scale, nu=cfg.nu, season=np.zeros((n, 4)), ok=np.ones(n, bool),
+                          hours=np.full(n, 336), drift=np.full(n, q))
+    sd = np.sqrt(sq.drift_var(model, cfg))[:, ::-1]
+    mult = np.linspace(0.02, 4.0, 200)
+    null, _, _ = sq.glr(e0, np.zeros((n, M)), phi, scale, cfg, shifts=sd[:, None, :] * mult[None, :, None],
+                        penalty=mult**2 / 2)
+    got = stat - np.maximum(null, 0.0)
+    k = np.arange(1, M + 1)
+    S = np.cumsum(e0[:, ::-1], axis=1) / s**2  # column m - 1: the last m hours
+    info = k / s**2
+    vrw = sq.drift_var(model, cfg)
+    exact = np.where(S > 0, S**2 / (2 * info * (1 + info * vrw)), 0.0)
+    bstar = S / (info + 1 / vrw) / np.sqrt(vrw)  # the null's best offset, in sd of the walk
+    inside = (S / info > 0.003) & (bstar > 0.05) & (bstar < 3.9)  # both optima inside their grids
+    assert inside.sum() > 500
+    assert got[inside] == pytest.approx(exact[inside], rel=0.03, abs=0.01)  # the grid of d: 64 values
