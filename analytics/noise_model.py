@@ -27,7 +27,9 @@ innovations ``e`` from a Student-t law with ``nu`` degrees of freedom and scale 
    3 stationary sigmas, innovations beyond 8 scales left to the outlier law, a trimmed EM made
    consistent by ``_trim_factor``), and phi corrected for the part of the AR noise the moving-mean
    level removes. The first pass overstates the scale by ~7 % on the benchmark corpus; the refit
-   by ~1 % (docs/detection.md).
+   by ~1 % (docs/detection.md);
+6. ``drift``: the hourly step of a random-walk level, pooled over the rows (``drift_q2``,
+   ``pooled_drift``), which the sequential statistic allows in its no-step hypothesis.
 
 The scale used in ``scale_robust`` for winsorising and for the autocorrelation is the MAD (only
 ranks matter there). ``NoiseModel.ok`` is False for rows with fewer than ``min_hours`` valid hours

@@ -25,6 +25,9 @@ Method (docs/detection.md has the derivation and what was tried):
   1976, doi:10.1109/TAC.1976.1101146). One-sided: only the bad way. Under the t likelihood one
   outlier hour among m hours raises the statistic by a bounded amount ((nu + 1)/2 log(1 / (1 -
   phi)^2) ~ 2.2 for t(4), phi 0.35).
+- Random-walk drift: the no-step hypothesis lets the level have moved by b ~ N(0, Vrw) since the
+  reference (``drift_var``, the family's drift from ``analytics.noise_model``); the statistic is
+  the GLR minus the null's penalised profile over b (docs/detection.md has the arithmetic).
 - An alarm needs the statistic of some window of m >= ``min_len`` (3) hours above that window
   length's threshold ``thresholds[m - 1]`` (``analytics.calibration`` sets them on the fleet's
   clean history for a target false-alarm rate); the onset is the argmax of the statistic over
