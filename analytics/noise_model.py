@@ -27,7 +27,9 @@ innovations ``e`` from a Student-t law with ``nu`` degrees of freedom and scale 
    3 stationary sigmas, innovations beyond 8 scales left to the outlier law, a trimmed EM made
    consistent by ``_trim_factor``), and phi corrected for the part of the AR noise the moving-mean
    level removes. The first pass overstates the scale by ~7 % on the benchmark corpus; the refit
-   by ~1 % (docs/detection.md).
+   by ~1 % (docs/detection.md);
+6. ``drift``: the hourly step of a random-walk level, pooled over the rows (``drift_q2``,
+   ``pooled_drift``), which the sequential statistic allows in its no-step hypothesis.
 
 The scale used in ``scale_robust`` for winsorising and for the autocorrelation is the MAD (only
 ranks matter there). ``NoiseModel.ok`` is False for rows with fewer than ``min_hours`` valid hours
@@ -53,6 +55,8 @@ class NoiseModel:
     nu: degrees of freedom of the innovations' t law (one value for all rows).
     season: (n, 2 * harmonics) Fourier coefficients of the daily cycle (cos, sin pairs).
     ok: rows with enough history for a test. hours: valid hours each row was fitted on.
+    drift: per row, the standard deviation of the hourly step of a random-walk level (log units
+    per hour; ``drift_q2``, ``pooled_drift``), or None (no drift term: the oracle rows of the benchmark).
     """
 
     phi: np.ndarray
@@ -63,6 +67,7 @@ class NoiseModel:
     hours: np.ndarray
     period: int = 24
     outliers: "OutlierLaw | None" = None
+    drift: np.ndarray | None = None
 
     def cycle(self, hour_of_day: np.ndarray) -> np.ndarray:
         """The daily cycle (n, len(hour_of_day)) at the given hours of day."""
@@ -221,8 +226,52 @@ def fit_noise_model(x: np.ndarray, hour_of_day: np.ndarray, *, nu: float = 4.0, 
             phi = np.clip(pr * (1 - c) + c, 0.0, 0.9)
     ok = (hours >= min_hours) & np.isfinite(scale) & (scale > 0) & np.isfinite(phi)
     law = fit_outlier_law(e[ok], scale[ok]) if outliers else None
+    sig = np.sqrt(scale**2 * (nu / (nu - 2.0) if nu > 2 else 1.0) / np.maximum(1e-12, 1.0 - phi**2))
+    q = np.full(n, pooled_drift(drift_q2((x - season @ B)[ok], sig[ok], nu, period)))
     return NoiseModel(phi=phi, scale=np.where(ok, scale, np.nan), nu=float(nu), season=season, ok=ok, hours=hours,
-                      period=period, outliers=law)
+                      period=period, outliers=law, drift=q)
+
+
+def drift_q2(y: np.ndarray, sigma: np.ndarray, nu: float, period: int = 24) -> np.ndarray:
+    """Per row, an estimate of q^2, the variance of the hourly step of a random-walk level, from
+    the daily levels of the de-cycled series ``y`` (series minus its daily cycle).
+
+    The level of each whole period (day) is a t M-estimate (scale from the stationary ``sigma``),
+    so an outlier hour moves it little. Levels L days apart differ by the walk and by the noise of
+    two block means; for L >= 1 the noise part and the walk's within-block part do not depend on
+    L, and the walk adds B q^2 per day of lag (B = period hours):
+
+        V(L) = c + B L q^2,   so   q^2 = (V(2) - V(1)) / B,
+
+    V(L) the robust variance (1.4826 x median |change|)^2 of the L-day changes, not centred (a
+    trend is drift too). No noise model enters (the AR noise cancels exactly), and a step in the
+    history is one or two large changes among the ~13 one-day and ~12 two-day changes of two
+    weeks, which moves the medians little (longer lags would straddle it in more changes). Noisy
+    per row, hence pooled (``pooled_drift``). NaN with fewer than 4 whole periods."""
+    y = np.atleast_2d(np.asarray(y, float))
+    n, T = y.shape
+    D, B = T // period, period
+    if D < 4:
+        return np.full(n, np.nan)
+    blocks = y[:, T - D * B :].reshape(n, D, B)
+    s = np.asarray(sigma, float) * math.sqrt(max(nu - 2, 1e-9) / nu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        level = t_location(blocks, np.repeat(s[:, None], D, axis=1), nu)
+
+        def v(lag):
+            return (MAD_TO_SD * nanmedian(np.abs(level[:, lag:] - level[:, :-lag]))) ** 2
+
+        return (v(2) - v(1)) / B
+
+
+def pooled_drift(q2: np.ndarray) -> float:
+    """The family's random-walk step scale: sqrt of the median of the rows' ``drift_q2`` estimates,
+    at least 0 (0 without any estimate: no drift term). Pooled because one row's estimate is too
+    noisy to use alone; the median, so rows with a step or a trend in their history do not set it."""
+    q2 = np.asarray(q2, float)
+    q2 = q2[np.isfinite(q2)]
+    return float(np.sqrt(max(float(np.median(q2)), 0.0))) if q2.size else 0.0
 
 
 def _refine_ar(u: np.ndarray, phi: np.ndarray, scale: np.ndarray, nu: float, iterations: int, *, clip: float = 3.0,

