@@ -27,7 +27,6 @@ from collector.rows import ProcessMeta, health_table, kernels_table, memcpy_tabl
 from cudawatch.shards import write_shard
 
 SPOOL_DIR = ".spool"
-SHARDS_KEPT = 64  # paths of the newest shards a session keeps for its caller (all of them: shards_total)
 _TABLES = ("kernels", "memcpy", "health")
 _UTC = dt.timezone.utc
 
@@ -54,8 +53,7 @@ class Spool:
         (self.dir / "session.json").write_text(json.dumps({"host": meta.host, "pid": meta.pid, "run_id": meta.run_id}))
         self._dir_s = str(self.dir)  # per-window names are built as strings (see add_windows)
         self._seq = 0
-        self.shards_written: list[Path] = []  # the last SHARDS_KEPT shards written (3 a process-hour)
-        self.shards_total = 0
+        self.shards_total = 0  # shards written (a count, not a list: a collector stays on for weeks)
 
     def add_windows(self, windows: list[Window]) -> int:
         """Spool closed windows (one file per table per window); returns files written.
@@ -79,7 +77,6 @@ class Spool:
         current = None if final else _hour_of(int(now_s))
         written = combine(self.root, self.dir, self.meta.host, self.meta.pid, before_hour=current)
         self.shards_total += len(written)
-        self.shards_written = (self.shards_written + written)[-SHARDS_KEPT:]  # bounded for a weeks-long run
         return written
 
     def close(self) -> None:
