@@ -171,11 +171,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         result["dropped"] = session.dropped_total
         result["records_delivered"] = session.agg.delivered_total
         result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
-        # the wait before each detach's forced flush (collector.drain), read after stop() like the
-        # counts above; compare runs per detach (lost / detaches): the wait lengthens the period
-        dr = session.tracer.drain
-        result["drain"] = {"detaches": dr.detaches, "lossy": dr.lossy, "lost": dr.lost, "waited_s": dr.waited_s,
-                           "last_wait_s": dr.wait_s(), "lost_per_detach": dr.lost / max(dr.detaches, 1)}
+        result["drain"] = session.tracer.drain.summary()  # collector.drain; read after stop() like the counts above
         # the traced fraction actually used: time-weighted sampling_duty of the health rows
         from cudawatch.shards import list_shards, read_shard
 

@@ -67,6 +67,12 @@ class DetachDrain:
         self.waited_s = 0.0  # total time waited
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
 
+    def summary(self) -> dict:
+        """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
+        lengthens the cycle and so the control period)."""
+        return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
+                "last_wait_s": self.current_s, "lost_per_detach": self.lost / max(self.detaches, 1)}
+
     def wait_s(self) -> float:
         """How long the next detach waits before its forced flush."""
         return self.current_s

@@ -33,6 +33,7 @@ def test_a_lossy_detach_doubles_the_wait_up_to_the_maximum():
     assert waits == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])
     assert d.lossy == 6 and d.lost == sum(queue_loss(w, 0.5) for w in waits)
     assert d.waited_s == pytest.approx(sum(waits))
+    assert d.summary()["lost_per_detach"] == pytest.approx(d.lost / 6)
 
 
 def test_clean_detaches_shrink_the_wait_to_the_minimum():
