@@ -76,8 +76,13 @@ class NoiseModel:
     @property
     def sigma(self) -> np.ndarray:
         """Stationary standard deviation of the AR(1) noise (t innovations with nu > 2)."""
-        var_e = self.scale**2 * (self.nu / (self.nu - 2.0) if self.nu > 2 else 1.0)
-        return np.sqrt(var_e / np.maximum(1e-12, 1.0 - self.phi**2))
+        return stationary_sigma(self.scale, self.phi, self.nu)
+
+
+def stationary_sigma(scale: np.ndarray, phi: np.ndarray, nu: float) -> np.ndarray:
+    """Stationary standard deviation of AR(1) noise with t(nu) innovations of scale ``scale``."""
+    var_e = scale**2 * (nu / (nu - 2.0) if nu > 2 else 1.0)
+    return np.sqrt(var_e / np.maximum(1e-12, 1.0 - phi**2))
 
 
 def to_log(values: np.ndarray, bad: int = +1) -> np.ndarray:
@@ -226,7 +231,7 @@ def fit_noise_model(x: np.ndarray, hour_of_day: np.ndarray, *, nu: float = 4.0, 
             phi = np.clip(pr * (1 - c) + c, 0.0, 0.9)
     ok = (hours >= min_hours) & np.isfinite(scale) & (scale > 0) & np.isfinite(phi)
     law = fit_outlier_law(e[ok], scale[ok]) if outliers else None
-    sig = np.sqrt(scale**2 * (nu / (nu - 2.0) if nu > 2 else 1.0) / np.maximum(1e-12, 1.0 - phi**2))
+    sig = stationary_sigma(scale, phi, nu)
     q = np.full(n, pooled_drift(drift_q2((x - season @ B)[ok], sig[ok], nu, period)))
     return NoiseModel(phi=phi, scale=np.where(ok, scale, np.nan), nu=float(nu), season=season, ok=ok, hours=hours,
                       period=period, outliers=law, drift=q)
@@ -283,7 +288,7 @@ def _refine_ar(u: np.ndarray, phi: np.ndarray, scale: np.ndarray, nu: float, ite
     ok = ~(np.isnan(a) | np.isnan(b))
     a0, b0 = np.where(ok, a, 0.0), np.where(ok, b, 0.0)
     for _ in range(iterations):
-        sig = np.sqrt(scale**2 * (nu / (nu - 2.0) if nu > 2 else 1.0) / np.maximum(1e-12, 1.0 - phi**2))
+        sig = stationary_sigma(scale, phi, nu)
         bc = np.clip(b0, -clip * sig[:, None], clip * sig[:, None])
         e = a0 - phi[:, None] * bc
         w = ok * (nu + 1.0) / (nu + e**2 / scale[:, None] ** 2)

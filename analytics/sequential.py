@@ -187,8 +187,10 @@ def glr(e0: np.ndarray, delta: np.ndarray, phi: np.ndarray, scale: np.ndarray, c
             L = L - np.asarray(penalty, float)[None, :, None]
         best = np.argmax(L, axis=1)  # (c, onset)
         stat[a:b] = np.take_along_axis(L, best[:, None, :], axis=1)[:, 0, :]
-        g = d if shifts is None else shifts[a:b]
-        shift[a:b] = np.take_along_axis(g, best, axis=1) if shifts is None else np.take_along_axis(g, best[:, None, :], axis=1)[:, 0]
+        if shifts is None:
+            shift[a:b] = np.take_along_axis(d, best, axis=1)
+        else:
+            shift[a:b] = np.take_along_axis(shifts[a:b], best[:, None, :], axis=1)[:, 0]
     # column m-1 <-> onset at zone index M - m
     return stat[:, ::-1], shift[:, ::-1], nvalid[:, ::-1]
 
