@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from collector.aggregate import Window
 from collector.rows import ProcessMeta, health_table, kernels_table, memcpy_table
-from cudawatch.shards import write_shard
+from cudawatch.shards import atomic_file, write_shard
 
 SPOOL_DIR = ".spool"
 _TABLES = ("kernels", "memcpy", "health")
@@ -68,7 +68,8 @@ class Spool:
                 if data.num_rows == 0:
                     continue
                 self._seq += 1
-                _atomic_parquet(data, self._dir_s, f"{table}-{w.start_s}-{self._seq:06d}.parquet")
+                with atomic_file(os.path.join(self._dir_s, f"{table}-{w.start_s}-{self._seq:06d}.parquet")) as fh:
+                    pq.write_table(data, fh, compression="zstd")
                 n += 1
         return n
 
@@ -83,15 +84,6 @@ class Spool:
         """Remove the session's spool folder once everything is written."""
         if not any(self.dir.glob("*.parquet")):
             shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _atomic_parquet(data: pa.Table, folder: str, name: str) -> None:
-    final, tmp = os.path.join(folder, name), os.path.join(folder, ".tmp-" + name)
-    with open(tmp, "wb") as fh:
-        pq.write_table(data, fh, compression="zstd")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
 
 
 def combine(root: Path, spool_dir: Path, host: str, pid: int, *, before_hour: int | None = None) -> list[Path]:

@@ -9,6 +9,7 @@ written under a temporary name, fsynced and renamed, so a reader never sees half
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import math
@@ -260,9 +261,13 @@ def write_shard(
 def atomic_file(final: str | os.PathLike) -> Iterator[BinaryIO]:
     """Open ``.tmp-<name>`` beside ``final`` for writing; when the block ends, fsync it, rename it
     to ``final`` and fsync the folder. If the block raises, the temporary file is removed. Readers
-    therefore see the whole file or none (``list_shards`` skips ``.tmp-`` names)."""
-    final = Path(final)
-    tmp = final.with_name(f"{TMP_PREFIX}{final.name}")
+    therefore see the whole file or none (``list_shards`` skips ``.tmp-`` names).
+
+    Paths are handled as strings: CPython 3.12 interns every part of a ``pathlib.Path`` it parses
+    forever (python/cpython#121780), and the collector's spool writes a new name every window."""
+    final = os.fspath(final)
+    folder, name = os.path.split(final)
+    tmp = os.path.join(folder, TMP_PREFIX + name)
     try:
         with open(tmp, "wb") as fh:
             yield fh
@@ -270,9 +275,10 @@ def atomic_file(final: str | os.PathLike) -> Iterator[BinaryIO]:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
-    dir_fd = os.open(final.parent, os.O_RDONLY)
+    dir_fd = os.open(folder or ".", os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
