@@ -1,0 +1,53 @@
+"""benchmarks/wander.py: sampling noise against wander, on the real capture kept in tests/data/cupti
+and on windows built to have none or a known wander."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("wander", ROOT / "benchmarks" / "wander.py")
+wander = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wander)
+
+
+def _windows(levels: np.ndarray, n: int, sd: float, rng) -> np.ndarray:
+    """Shard-like (launches, total_ns, sumsq_ns2) per window, launches drawn around each level."""
+    out = []
+    for mu in levels:
+        x = rng.normal(mu, sd, n)
+        out.append((n, x.sum(), (x**2).sum()))
+    return np.array(out)
+
+
+def test_independent_launches_read_as_sampling_noise():
+    rng = np.random.default_rng(7)
+    series = {(i,): _windows(np.full(60, 10_000.0), 400, 800.0, rng) for i in range(40)}
+    rows = {r["windows_per_block"]: r for r in wander.summarize(series)["by_block"]}
+    for k in (1, 3, 6):  # 60, 20 and 10 blocks: a variance with enough degrees of freedom
+        assert 0.7 < rows[k]["ratio_median"] < 1.4, rows[k]
+
+
+def test_wander_makes_the_ratio_grow_with_the_block():
+    rng = np.random.default_rng(8)
+    # a random walk of the level: 0.3 % of the mean per window
+    series = {(i,): _windows(10_000.0 * np.exp(np.cumsum(rng.normal(0, 0.003, 60))), 400, 800.0, rng) for i in range(40)}
+    rows = {r["windows_per_block"]: r for r in wander.summarize(series)["by_block"]}
+    assert rows[1]["ratio_median"] > 2
+    assert rows[6]["ratio_median"] > 3 * rows[1]["ratio_median"]
+    assert rows[6]["excess_pct_median"] > 0.5
+
+
+def test_real_capture_thirty_seconds_is_sampling_noise():
+    series = wander.load_windows(ROOT / "tests" / "data" / "cupti" / "shards", 50)
+    res = wander.summarize(series)
+    assert res["series"] == 79  # kernel series with >= 50 launches in every 10-s window
+    first = res["by_block"][0]
+    assert first["windows_per_block"] == 1 and 0.5 < first["ratio_median"] < 2
+
+
+def test_no_shards_is_an_error(tmp_path):
+    with pytest.raises(SystemExit, match="no kernel shards"):
+        wander.load_windows(tmp_path, 50)
