@@ -8,6 +8,12 @@ whole after-window). A regression matches the injection when it is on the inject
 and its onset is within +-3 hours of the injected one. The top cause is correct when it is in
 ``EXPECTED[kind]``.
 
+Detection delay (issue 15): each event records the hour of the hourly run that first reported it;
+per injection, found within 3 hourly runs (the runs at onset, onset + 1, onset + 2), within 6, or
+at all, and the number of incidents (``analytics.incidents.group_incidents``) its matched events
+make. Hourly runs: onset - 1 .. onset + 8 and the last hour; on clean fleets hour 24 .. onset + 8
+and the last hour; on default-scenario fleets every hour from hour 24.
+
 Clean data, two ways: (1) regression-free fleets through the same pipeline (any regression found
 is a false alarm; a cause claimed on it counts against the rules), and (2) a stress test of the
 rules alone: a pseudo-regression at a random onset on every kernel series, job and GPU of a clean
@@ -49,17 +55,17 @@ EXPECTED: dict[str, set[str]] = {
 }
 
 
-def _analyze_hourly(con, first: dt.datetime, last: dt.datetime) -> dict[str, object]:
+def _analyze_hourly(con, first: dt.datetime, last: dt.datetime) -> dict[str, tuple[dt.datetime, object]]:
     """Hourly detection from ``first`` to ``last``; causes attached when an event is first reported.
-    Returns event_id -> Regression (with its causes at first report)."""
+    Returns event_id -> (hour of the run that first reported it, Regression with its causes then)."""
     from analytics import detect, explain
 
-    at_detection: dict[str, object] = {}
+    at_detection: dict[str, tuple[dt.datetime, object]] = {}
     hour = first
     while hour <= last:
         new = [r for r in detect.detect_regressions(con, hour) if r.event_id not in at_detection]
         for r in explain.attach_causes(con, new, as_of=hour):  # the data an hourly run has
-            at_detection[r.event_id] = r
+            at_detection[r.event_id] = (hour, r)
         hour += dt.timedelta(hours=1)
     return at_detection
 
@@ -116,6 +122,7 @@ def _summary(reg) -> dict:
 def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int, pct: float | None = None) -> dict:
     """One fleet with one injection of ``kind`` (None: a clean fleet), analysed hour by hour."""
     from analytics import detect, explain, store
+    from analytics.incidents import group_incidents
     import simulator
 
     tmp = Path(tempfile.mkdtemp(prefix="rootcause-"))
@@ -140,12 +147,18 @@ def run_scenario(kind: str | None, seed: int, gpus: int, hours: int, onset: int,
         at_detection.update({k: v for k, v in _analyze_hourly(con, last, last).items() if k not in at_detection})
         final = {r.event_id: r for r in explain.attach_causes(con, detect.load_regressions(con))}
         out = {"kind": kind, "seed": seed, "truth": truth, "seconds": round(time.perf_counter() - t0, 1), "events": []}
+        groups: dict[int | None, list] = collections.defaultdict(list)  # truth index (None: unmatched) -> events
         for event_id, r in final.items():
-            first_seen = at_detection.get(event_id, r)
+            hour, first_seen = at_detection.get(event_id, (None, r))
             t = match(r, truth)
-            out["events"].append({"matched": t is not None, "truth_kind": t["kind"] if t else None,
-                                  "truth_index": truth.index(t) if t is not None else None,
+            i = truth.index(t) if t is not None else None
+            groups[i].append(r)
+            out["events"].append({"matched": t is not None, "truth_kind": t["kind"] if t else None, "truth_index": i,
+                                  "reported_hour": hour.isoformat() if hour else None,  # the run that first reported it
                                   "at_detection": _summary(first_seen), "at_end": _summary(r)})
+        # incidents (analytics.incidents, as reports and alerts group them), causes at the end of the run
+        out["incidents"] = {"per_injection": [len(group_incidents(groups[i])) for i in range(len(truth))],
+                            "unmatched": len(group_incidents(groups[None]))}
         out["oracle"] = [dict(_summary(r), truth_kind=t["kind"])
                          for r, t in zip(explain.attach_causes(con, [oracle_regression(t) for t in truth]), truth)]
         if kind is None:
@@ -217,6 +230,75 @@ def confusion(results: list[dict], when: str, mixed: bool = False) -> tuple[dict
             score[kind][1] += 1
             score[kind][0] += top in EXPECTED[kind]
     return table, score
+
+
+def delays(results: list[dict], mixed: bool = False) -> dict:
+    """Detection delay and incidents, one unit per injection (as ``confusion``).
+
+    An injection's delay is the hour of the first hourly run that reported one of its matched events
+    minus its onset: found within 3 runs when <= 2 h (the runs at onset, onset + 1 and onset + 2),
+    within 6 runs when <= 5 h; found at all when anything matched it (as in "not detected").
+    Incidents: its matched events grouped by ``analytics.incidents.group_incidents`` (one alert per
+    incident); with one injection per fleet, also the incidents of the fleet's unmatched events
+    ("other"). Returns {"kinds": kind -> counts and per-injection incident counts, "late": the
+    injections not found within 3 runs, "unmatched": events and incidents no injection explains}.
+    """
+    kinds: dict[str, dict] = {}
+    late, unmatched = [], [0, 0]
+    for res in results:
+        if res["kind"] is None or (res["kind"] == "default") != mixed:
+            continue
+        unmatched[0] += sum(1 for e in res["events"] if not e["matched"])
+        unmatched[1] += res["incidents"]["unmatched"]
+        for i, truth in enumerate(res["truth"]):
+            onset = dt.datetime.fromisoformat(truth["onset"])
+            evs = [e for e in res["events"] if e["matched"] and e["truth_index"] == i]
+            seen = sorted((((dt.datetime.fromisoformat(e["reported_hour"]) - onset).total_seconds() / 3600, e)
+                           for e in evs if e["reported_hour"]), key=lambda x: x[0])
+            delay = seen[0][0] if seen else None
+            row = kinds.setdefault(truth["kind"], {"injections": 0, "within_3": 0, "within_6": 0, "found": 0, "incidents": [],
+                                                   "other_incidents": None if mixed else 0})
+            if not mixed:
+                row["other_incidents"] += res["incidents"]["unmatched"]
+            row["injections"] += 1
+            row["found"] += bool(evs)
+            row["within_3"] += delay is not None and delay <= 2
+            row["within_6"] += delay is not None and delay <= 5
+            row["incidents"].append(res["incidents"]["per_injection"][i])
+            if delay is None or delay > 2:
+                first = (seen[0][1] if seen else evs[0])["at_end"] if evs else None
+                late.append({"kind": truth["kind"], "seed": res["seed"], "onset": truth["onset"], "delay_h": delay,
+                             "first_event": {k: first[k] for k in ("series", "job", "kernel", "gpu_uuid", "onset", "magnitude_pct")}
+                             if first else None})
+    return {"kinds": kinds, "late": late, "unmatched": {"events": unmatched[0], "incidents": unmatched[1]}}
+
+
+def print_delays(d: dict, order: list[str]) -> None:
+    """The ``delays`` view as a markdown table, then the late injections."""
+    other = not any(r["other_incidents"] is None for r in d["kinds"].values())
+    print("| injected kind | injections | found within 3 runs | within 6 runs | at all | incidents per injection |"
+          + (" other incidents in its fleets |" if other else ""))
+    print("|---|---|---|---|---|---|" + ("---|" if other else ""))
+    tot = [0, 0, 0, 0, []]
+    for k in [k for k in order if k in d["kinds"]]:
+        r = d["kinds"][k]
+        n = r["injections"]
+        print(f"| {k} | {n} | {r['within_3']}/{n} | {r['within_6']}/{n} | {r['found']}/{n} | {', '.join(map(str, r['incidents']))} |"
+              + (f" {r['other_incidents']} |" if other else ""))
+        for j, key in enumerate(("injections", "within_3", "within_6", "found")):
+            tot[j] += r[key]
+        tot[4] += r["incidents"]
+    n = tot[0]
+    if n:
+        print(f"| **all** | {n} | **{tot[1]}/{n}** | {tot[2]}/{n} | {tot[3]}/{n} | "
+              f"{sum(tot[4]) / n:.2f} (max {max(tot[4])}) |" + (f" {d['unmatched']['incidents']} |" if other else ""))
+    print(f"\nevents / incidents in these fleets that match no injection: {d['unmatched']['events']} / {d['unmatched']['incidents']}")
+    for x in d["late"]:
+        e = x["first_event"]
+        where = f"{e['series']} {e['job']} {e['kernel'] or e['gpu_uuid'] or ''} onset {e['onset']}" if e else ""
+        when = "never reported by an hourly run" if x["delay_h"] is None else f"first reported {x['delay_h']:+.0f} h after onset"
+        print(f"  not within 3 runs: {x['kind']} seed {x['seed']} (onset {x['onset']}): "
+              f"{when if e else 'not detected'}{'; ' + where if e else ''}")
 
 
 def workers_note(workers: int) -> str:
@@ -295,11 +377,21 @@ def main(argv=None) -> int:
     for r in clean:
         n_pseudo += r["stress"]["pseudo_regressions"]
         stress.update(r["stress"]["by_rule"])
+    clean_view = [{"seed": r["seed"], "events": len(r["events"]), "incidents": r["incidents"]["unmatched"]} for r in clean]
+    per_fleet = ", ".join(f"{c['events']} / {c['incidents']}" for c in clean_view)
+    print(f"clean fleets, events / incidents per fleet: {per_fleet}")
     print(f"stress test: {n_pseudo} pseudo-regressions at random onsets on clean data; causes claimed: {sum(stress.values())} {dict(stress)}")
     secs = sum(r["stress"].get("attach_seconds", 0) for r in clean)
     if n_pseudo:
         print(f"attach_causes speed: {1000 * secs / n_pseudo:.0f} ms per regression (context load + 14 rules + store), "
               f"{n_pseudo} regressions, {workers_note(a.workers)}")
+    delay: dict = {"clean": clean_view}
+    for mixed in (False, True) if a.mixed else (False,):
+        d = delays(results, mixed)
+        delay["mixed" if mixed else "single"] = d
+        scen = "default scenario, all core kinds in one fleet" if mixed else "one injection per fleet"
+        print(f"\n## detection delay, {scen}: first hourly run reporting a matched event (runs at onset, +1, +2 = within 3)\n")
+        print_delays(d, list(inj.KINDS))
     if a.examples:
         print("\n## examples (top finding of the first oracle regression of each kind)\n")
         for k in kinds:
@@ -307,7 +399,7 @@ def main(argv=None) -> int:
             if top:
                 print(f"* `{k}` -> `{top['rule']}`: `{json.dumps(top['evidence'], default=str)}`")
     if a.json:
-        a.json.write_text(json.dumps({"args": vars(a) | {"json": str(a.json)}, "results": results}, indent=1, default=str))
+        a.json.write_text(json.dumps({"args": vars(a) | {"json": str(a.json)}, "delay": delay, "results": results}, indent=1, default=str))
     return 0
 
 
