@@ -15,8 +15,16 @@ they share a place:
   ``kernel_vanished``, ``launch_config_changed``, ``more_launches``): a deploy;
 - the same job and the same top cause otherwise (e.g. ``pageable_memcpy`` on two copy kinds).
 
+A kernel or job regression whose onset was estimated later than its GPU's event (up to
+``late_hours`` after it; same job, no GPU or other cause of its own, or ``kernel_slower``) is
+linked to that GPU's event when the event slows kernels (the GPU's own series, ``clock_throttle``,
+``straggler_gpu``, ``contention``): a throttled GPU slows every kernel of its job, and on a noisy
+series pooled over the job's GPUs the sequential detector can place that step hours late, past the
+2-hour window (docs/detection.md, "One alert per incident").
+
 Links are transitive (union-find). The incident's cause is the rule most members name first
-(ties: the higher summed confidence, then RULES order as the members' order); its severity is
+(ties: the higher summed confidence, then RULES order as the members' order; ``kernel_slower``
+does not count where a member names a cause in SLOWING_CAUSES, its mechanism); its severity is
 the highest member severity; its onset the earliest member onset; members are ordered by
 severity, then |magnitude| x share of GPU time.
 
@@ -39,6 +47,10 @@ from analytics.results import SEVERITIES, Regression
 
 DEVICE_CAUSES = frozenset({"clock_throttle", "contention", "straggler_gpu", "gpu_idle_gaps"})
 MIX_CAUSES = frozenset({"new_kernel", "kernel_vanished", "launch_config_changed", "more_launches"})
+#: Device causes that slow every kernel of the job on that GPU (gpu_idle_gaps does not).
+SLOWING_CAUSES = DEVICE_CAUSES - {"gpu_idle_gaps"}
+#: Top causes (None: no cause) of a kernel or job regression that can be a slowed GPU's late symptom.
+SYMPTOM_CAUSES = frozenset({None, "kernel_slower"})
 
 
 @dataclass(frozen=True)
@@ -134,10 +146,32 @@ def _places(r: Regression) -> list[tuple]:
     return out
 
 
-def group_incidents(regressions: Iterable[Regression], *, onset_hours: float = 2.0) -> list[Incident]:
+def _slows_gpu(r: Regression) -> str | None:
+    """The GPU of a regression whose cause slows every kernel on it (its own clock series, or a
+    top cause in SLOWING_CAUSES), else None."""
+    if r.gpu_uuid:
+        return r.gpu_uuid
+    return _gpu_of(r) if r.top_cause is not None and r.top_cause.rule in SLOWING_CAUSES else None
+
+
+def _late_symptoms(regs: list[Regression], late: dt.timedelta) -> list[tuple[int, int]]:
+    """(GPU event, later regression) pairs: same job, the later one without a GPU of its own, with
+    no cause or ``kernel_slower``, and an onset after the GPU event's by at most ``late``."""
+    anchors = [(i, r) for i, r in enumerate(regs) if r.job and _slows_gpu(r)]
+    out = []
+    for j, s in enumerate(regs):
+        if not s.job or _gpu_of(s) or (s.top_cause.rule if s.top_cause else None) not in SYMPTOM_CAUSES:
+            continue
+        out += [(i, j) for i, r in anchors if r.job == s.job and dt.timedelta(0) < s.onset - r.onset <= late]
+    return out
+
+
+def group_incidents(regressions: Iterable[Regression], *, onset_hours: float = 2.0,
+                    late_hours: float = 6.0) -> list[Incident]:
     """Incidents of ``regressions`` (each regression in exactly one), most severe first.
 
-    A regression without a shared place (no GPU, no cause) is an incident of its own."""
+    A regression without a shared place (no GPU, no cause) is an incident of its own, unless it is
+    a late-estimated symptom of a slowed GPU of its job (``late_hours``; 0: off; module docstring)."""
     regs = list(regressions)
     parent = list(range(len(regs)))
 
@@ -157,6 +191,8 @@ def group_incidents(regressions: Iterable[Regression], *, onset_hours: float = 2
         for a, b in zip(members, members[1:]):
             if regs[b].onset - regs[a].onset <= near:
                 parent[find(b)] = find(a)
+    for a, b in _late_symptoms(regs, dt.timedelta(hours=late_hours)) if late_hours > 0 else ():
+        parent[find(b)] = find(a)
     groups: dict[int, list[Regression]] = defaultdict(list)
     for i, r in enumerate(regs):
         groups[find(i)].append(r)
@@ -171,6 +207,8 @@ def _impact(r: Regression) -> float:
 def _incident(members: list[Regression]) -> Incident:
     members = sorted(members, key=lambda r: (-SEVERITIES.index(r.severity), -_impact(r), r.event_id))
     firsts = Counter(r.top_cause.rule for r in members if r.top_cause)
+    if firsts.keys() & SLOWING_CAUSES:
+        firsts.pop("kernel_slower", None)  # the slowed GPU is the mechanism, slower kernels its symptom
     conf: dict[str, float] = defaultdict(float)
     for r in members:
         if r.top_cause:

@@ -53,12 +53,13 @@ class SequentialConfig:
     fit_hours: history before the zone the noise model is fitted on. floor_pct: smallest step
     (relative, %) tested, the product's minimum magnitude. grid: shift values tried between
     ``grid_lo`` and ``grid_hi`` innovation scales (geometric; all at least the floor). clip:
-    winsorising of the reference, in stationary sigmas. ref_z: an alarm whose onset's last max_window
-    reference hours sit this many standard errors above the earlier ones is held back (the step
-    began before that onset). clean_prev: in every innovation the previous hour enters clipped at
-    this many stationary sigmas around the hypothesis' own mean, so an outlier hour (additive: the
-    corpus' and real series' outlier hours are single bad hours, not shocks the AR noise carries
-    on) does not leak into the next hour's innovation (0: off). refine: iterations of the t
+    winsorising of the reference, in stationary sigmas. ref_z: an alarm whose onset's last w
+    reference hours sit this many standard errors above the earlier ones, for some w in
+    ``ref_splits``, is held back (the step began before that onset; w = 3, 6 see one that began a
+    few hours before it, which 12 hours dilute). clean_prev: in every innovation the previous hour
+    enters clipped at this many stationary sigmas around the hypothesis' own mean, so an outlier
+    hour (additive: the corpus' and real series' outlier hours are single bad hours, not shocks the
+    AR noise carries on) does not leak into the next hour's innovation (0: off). refine: iterations of the t
     maximum-likelihood refit of phi and the scale (analytics.noise_model; 0: off). drift_term:
     the no-step hypothesis allows the level to have wandered by the model's random-walk drift since
     the reference (``drift_var``; off: the 2026-12-03.2 statistic)."""
@@ -74,6 +75,7 @@ class SequentialConfig:
     grid_hi: float = 60.0
     clip: float = 3.0
     ref_z: float = 3.0
+    ref_splits: tuple[int, ...] = (3, 6, 12)
     clean_prev: float = 3.0
     refine: int = 3
     drift_term: bool = True
@@ -102,8 +104,8 @@ class Scan:
     the end (m = 1..max_window); shift[i, m-1] the maximising step (log units); valid[i, m-1] the
     number of valid hours in that window; level[i, m-1] the pre-change level of that onset (log
     units, cycle removed); cycle: (n, max_window) daily cycle over the zone; ref_z[i, m-1]: the
-    rise of the last max_window reference hours of that onset over the earlier ones, in standard
-    errors (large when the step began before the onset)."""
+    largest rise of the last w reference hours of that onset over the earlier ones (w in
+    ``ref_splits``), in standard errors (large when the step began before the onset)."""
 
     stat: np.ndarray
     shift: np.ndarray
@@ -223,12 +225,13 @@ def scan(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel, config: S
         j = R + np.arange(M)  # onsets, as indices into y
         with np.errstate(invalid="ignore", divide="ignore"):
             delta = (cs[:, j] - cs[:, j - R]) / (ks[:, j] - ks[:, j - R])
-            w = min(M, R // 2)  # the last w reference hours against the earlier ones
-            early = (cs[:, j - w] - cs[:, j - R]) / (ks[:, j - w] - ks[:, j - R])
-            late = (cs[:, j] - cs[:, j - w]) / (ks[:, j] - ks[:, j - w])
             lrv = (1 + model.phi[:, None]) / (1 - model.phi[:, None])  # long-run variance factor of AR(1)
-            se = sig[:, None] * np.sqrt(lrv * (1.0 / w + 1.0 / (R - w)))
-            ref_z = np.nan_to_num((late - early) / se)
+            ref_z = np.full((n, M), -np.inf)
+            for w in {max(1, min(w, M, R // 2)) for w in config.ref_splits}:  # newest w reference hours vs the rest
+                early = (cs[:, j - w] - cs[:, j - R]) / (ks[:, j - w] - ks[:, j - R])
+                late = (cs[:, j] - cs[:, j - w]) / (ks[:, j] - ks[:, j - w])
+                se = sig[:, None] * np.sqrt(lrv * (1.0 / w + 1.0 / (R - w)))
+                ref_z = np.maximum(ref_z, np.nan_to_num((late - early) / se))
         delta = np.nan_to_num(delta)
         u = y[:, -M - 1 :] - anchor[:, None]
         level, cyc = anchor[:, None] + delta, cyc_all[:, -M:]

@@ -145,3 +145,34 @@ def test_one_gpus_contention_is_one_incident_of_that_gpu_end_to_end(tmp_path):
     assert {r.top_cause.evidence.get("gpu_uuid") for r in blamed} == {truth["gpu_uuid"]}
     (inc,) = [i for i in group_incidents(done.regressions) if i.cause == "contention"]
     assert (inc.scope, inc.key) == ("gpu", truth["gpu_uuid"]) and set(inc.members) >= set(blamed)
+
+
+def test_late_estimated_symptoms_of_a_throttled_gpu_join_its_incident():
+    """A throttled GPU slows every kernel of its job; on noisy series pooled over the job's GPUs
+    the sequential detector can place that step 4-6 h after the clock's onset (228-h fleets,
+    clock_throttle, seeds 8000-8001). Such kernel regressions (no cause, or kernel_slower) of the
+    GPU's job within ``late_hours`` after the GPU event are its incident; the cause stays the
+    throttle even when more members name kernel_slower."""
+    clock = reg(job="train", series="gpu_sm_clock_mhz", gpu="GPU-3", cause="clock_throttle", conf=0.9, mag=-13)
+    late = [reg(kernel="a", onset=T + 4 * H), reg(kernel="b", onset=T + 5 * H, cause="kernel_slower", conf=0.5),
+            reg(kernel="c", onset=T + 6 * H, cause="kernel_slower", conf=0.5)]
+    [inc] = group_incidents([clock, *late])
+    assert inc.scope == "gpu" and inc.key == "GPU-3" and inc.cause == "clock_throttle" and len(inc.members) == 4
+    assert inc.onset == T
+    assert len(group_incidents([clock, *late], late_hours=0)) == 3  # off: the old grouping (b, c: same cause, 1 h apart)
+
+
+def test_late_link_needs_same_job_a_slowing_gpu_event_and_no_other_cause():
+    clock = reg(job="train", series="gpu_sm_clock_mhz", gpu="GPU-3", cause="clock_throttle", mag=-13)
+    apart = [reg(kernel="a", onset=T + 7 * H),  # beyond late_hours
+             reg(kernel="b", onset=T - 3 * H),  # before the GPU event
+             reg(job="serve", kernel="c", onset=T + 3 * H),  # another job
+             reg(kernel="d", onset=T + 3 * H, cause="new_kernel"),  # a cause of its own: a deploy
+             reg(kernel="e", series="memcpy_ns_per_byte", onset=T + 4 * H, cause="pageable_memcpy")]
+    inc = group_incidents([clock, *apart])
+    assert len(inc) == 6 and all(len(i.members) == 1 for i in inc)
+    idle = reg(job="train", series="job_busy_share", kernel=None, cause="gpu_idle_gaps", evidence={"gpu_uuid": "GPU-3"})
+    assert len(group_incidents([idle, reg(kernel="f", onset=T + 3 * H)])) == 2  # idle gaps do not slow kernels
+    contended = reg(job="train", kernel="g", cause="contention", evidence={"gpu_uuid": "GPU-5"})
+    [inc] = group_incidents([contended, reg(kernel="h", onset=T + 3 * H, cause="kernel_slower")])
+    assert inc.cause == "contention" and inc.key == "GPU-5"
