@@ -154,7 +154,7 @@ def worker(mode: str, workloads: list[str], seconds, warmup_s) -> dict:
                             "buffers": t.buffers_completed, "duty_final": session.controller.duty,
                             "callback_us_per_record": 1e6 * t.callback_s / max(t.kernels + t.copies, 1),
                             "in_path_overhead_s": t.overhead_ns * 1e-9,
-                            "drain": t.drain.summary()}
+                            "drain": t.drain.summary(), "finalize": t.finalizer.summary()}
         collector.stop()
     return out
 

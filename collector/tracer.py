@@ -16,7 +16,9 @@ memory grew ~1 MB/s until the pool would run out. Forced flushes therefore happe
 ``pause()``/``detach()``, after the kinds are disabled and right before ``cuptiFinalize``, which
 releases every device buffer. Between the disable and the forced flush the detach waits for kernels
 still queued on the GPU (``collector.drain.DetachDrain``, adaptive, at most 100 ms), so their
-records are not returned without timestamps.
+records are not returned without timestamps. Where ``cuptiFinalize`` runs (the collector's thread,
+or an application thread's API exit with ``CUDAWATCH_FINALIZE=callback``) is
+``collector.finalize.DetachFinalizer``'s business.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from cupti import cupti  # noqa: F401  (ImportError tells the caller CUPTI is mi
 from collector.aggregate import COPY_KINDS, MEMORY_KINDS, Aggregator
 from collector.budget import BufferBudget, trim_heap
 from collector.drain import DetachDrain
+from collector.finalize import DetachFinalizer
 
 AK = cupti.ActivityKind
 TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
@@ -67,13 +70,16 @@ class CuptiTracer:
         budget: buffer sizes.
         dump_path: optional ``.jsonl.gz`` file that receives the first ``dump_max`` record tuples
             as recorded (used to keep real records under tests/data/cupti).
+        drain: the wait before a detach's forced flush (default reads ``CUDAWATCH_DETACH_DRAIN_MS``).
+        finalizer: where a detach's ``cuptiFinalize`` runs (default reads ``CUDAWATCH_FINALIZE``).
     """
 
     def __init__(self, agg: Aggregator, budget: BufferBudget | None = None, *, dump_path: str | None = None, dump_max: int = 4000,
-                 drain: DetachDrain | None = None) -> None:
+                 drain: DetachDrain | None = None, finalizer: DetachFinalizer | None = None) -> None:
         self.agg = agg
         self.budget = budget or BufferBudget()
         self.drain = drain or DetachDrain()
+        self.finalizer = finalizer or DetachFinalizer()
         self.kernels = 0
         self.copies = 0
         self.overheads = 0
@@ -191,9 +197,10 @@ class CuptiTracer:
 
     def detach(self, *, final: bool = False) -> None:
         """Disable, flush unforced, wait for queued kernels (``self.drain``), flush forced and
-        ``cuptiFinalize``: CUPTI leaves the process and its launch-path cost and device buffers with
-        it. Kernels still running at the forced flush arrive without timestamps and are counted as
-        invalid; how many did steers the next wait."""
+        ``cuptiFinalize`` (``self.finalizer``: here, or at an application thread's API exit): CUPTI
+        leaves the process and its launch-path cost and device buffers with it. Kernels still running
+        at the forced flush arrive without timestamps and are counted as invalid; how many did steers
+        the next wait."""
         if not self.attached:
             return
         zero0, wait = self.agg.invalid_zero_ts, 0.0
@@ -205,8 +212,8 @@ class CuptiTracer:
                 time.sleep(wait)
             cupti.activity_flush_all(1)
         finally:
-            with self._lock:
-                cupti.finalize()
+            with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
+                self.finalizer.finalize()
                 self.attached = False
                 self.enabled = False
             self.trims += trim_heap()

@@ -111,11 +111,16 @@ def test_a_bad_setting_turns_the_collector_off_not_the_program(tmp_path, monkeyp
 FAKE_CUPTI = '''
 """Stand-in for cupti-python's ``cupti`` module: kernels 'finish' at given times of a virtual clock
 (``state["now"]``, advanced only by the tracer's sleep); a forced flush returns unfinished ones
-without timestamps (start = end = 0), as CUPTI does."""
-import time, types
+without timestamps (start = end = 0), as CUPTI does. One callback subscriber at a time (CUPTI 13.4);
+``api_call()`` is an application's CUDA runtime call (enter and exit callbacks while the domain is on)."""
+import threading, time, types
 
 calls = []
-state = {"completed": None, "queue": [], "now": 0.0}   # queue: virtual times at which launched kernels finish
+finalized_on = []   # thread of each finalize
+finalized_at = []   # callback site it ran in (None: outside any API callback)
+_in_api = threading.local()
+state = {"completed": None, "queue": [], "now": 0.0,   # queue: virtual times at which launched kernels finish
+         "subscriber": None, "domains": set(), "refuse_subscribe": False, "busy": False, "overlaps": 0}
 
 class _E:
     def __init__(self, *names):
@@ -126,15 +131,53 @@ ActivityKind = _E("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "OVERHEAD")
 ActivityOverheadKind = _E("CUPTI_INSTRUMENTATION", "CUPTI_RESOURCE", "COMMAND_BUFFER_FULL")
 ActivityAttribute = _E("ATTR_DEVICE_BUFFER_SIZE", "ATTR_DEVICE_BUFFER_POOL_LIMIT")
 Result = _E("SUCCESS", "ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+CallbackDomain = _E("INVALID", "DRIVER_API", "RUNTIME_API")
+ApiCallbackSite = _E("API_ENTER", "API_EXIT")
 class cuptiError(Exception):
-    pass
+    def __init__(self, status=None):
+        super().__init__(f"CUPTI status {status}")
+        self.status = status
 
 def activity_register_callbacks(req, done): state["completed"] = done
 def activity_set_attribute(*a): pass
 def get_timestamp(): return time.time_ns()
 def activity_enable(k): calls.append("enable")
 def activity_disable(k): calls.append("disable")
-def finalize(): calls.append("finalize")
+
+def _cupti_call(name):  # CUPTI calls must not overlap a finalize
+    state["overlaps"] += state["busy"]
+    calls.append(name)
+
+def finalize():
+    _cupti_call("finalize")
+    finalized_on.append(threading.current_thread().name)
+    finalized_at.append(getattr(_in_api, "site", None))
+    state["subscriber"], state["domains"], state["busy"] = None, set(), True
+    time.sleep(0.001)   # cupti-python releases the GIL around cuptiFinalize
+    state["busy"] = False
+
+def subscribe(cb, userdata):
+    if state["refuse_subscribe"] or state["subscriber"]:
+        raise cuptiError(Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    _cupti_call("subscribe")
+    state["subscriber"] = (cb, userdata)
+    return 7
+
+def unsubscribe(h):
+    _cupti_call("unsubscribe")
+    state["subscriber"], state["domains"] = None, set()
+
+def enable_domain(on, h, domain):
+    _cupti_call("enable_domain")
+    state["domains"].add(domain)
+
+def api_call():
+    for site in (ApiCallbackSite.API_ENTER, ApiCallbackSite.API_EXIT):
+        sub = state["subscriber"]
+        if sub and CallbackDomain.RUNTIME_API in state["domains"]:
+            _in_api.site = site
+            sub[0](sub[1], CallbackDomain.RUNTIME_API, 0, types.SimpleNamespace(callback_site=site))
+            _in_api.site = None
 
 def _record(t_done, now):
     ok = t_done <= now
@@ -144,7 +187,7 @@ def _record(t_done, now):
         static_shared_memory=0, dynamic_shared_memory=0, device_id=0)
 
 def activity_flush_all(flag):
-    calls.append("flush_forced" if flag else "flush")
+    _cupti_call("flush_forced" if flag else "flush")
     if flag:
         now = state["now"]
         recs, state["queue"] = [_record(t, now) for t in state["queue"]], []
