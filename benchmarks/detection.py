@@ -147,6 +147,22 @@ def history_sweep(n: int, seed: int, histories=(192, 264, 384), cfg=sq.Sequentia
     return out
 
 
+def print_cost(sp: dict, cfg) -> None:
+    """The cost table of ``speed``'s result (markdown)."""
+    hourly = sp["load_s"] + sp["scan_s"]
+    per = (hourly + (sp["fit_s"] + sp["save_s"]) / 24) / sp["n"] * 1e6
+    refit = (sp["fit_s"] + sp["scan_s"]) / sp["n"] * 1e6
+    print(f"\n## Cost\n\n| what | series | time |\n|---|---|---|\n"
+          f"| noise-model fit on {cfg.fit_hours} h (online.day_model; the day's first run) | {sp['n']:,} | {sp['fit_s']:.1f} s |\n"
+          f"| store the day's models (analytics.store.noise_models.save_day, DuckDB) | {sp['n']:,} | {sp['save_s']:.1f} s |\n"
+          f"| every run: read the day's models back (load_day + day_model) | {sp['n']:,} | {sp['load_s']:.1f} s |\n"
+          f"| every run: scan with the day's model (online.sequential_alarms) | {sp['n']:,} | {sp['scan_s']:.1f} s |\n"
+          f"| per series-hour (read + scan + 1/24 of fit and store) | 1 | {per:.0f} µs |\n"
+          f"| per series-hour refitting every run (fit + scan, no cache) | 1 | {refit:.0f} µs |\n"
+          f"\n({sp['alarms']} alarms in the speed corpus' last hour; one process; the SQL load of "
+          f"{online.lookback_hours(cfg)} h per series is not in these times)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
@@ -160,7 +176,15 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=0.75, help="calibration target, false alarms per 1,000 series-days")
     ap.add_argument("--product-only", action="store_true",
                     help="only the cudawatch hourly-path row (calibrated on --cal-series): a method change's cost in recall")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="only the cost of the hourly update on --speed-series series, at DEFAULT_THRESHOLDS")
     args = ap.parse_args(argv)
+    if args.speed_only:
+        t0 = time.perf_counter()
+        print_cost(speed(args.speed_series, 5, sq.DEFAULT_THRESHOLDS), sq.SequentialConfig())
+        print(f"\nmachine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+              f"date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; wall {time.perf_counter() - t0:.0f} s")
+        return 0
     if args.history_sweep:
         print("| history before the runs | false alarms | per 1,000 series-days |\n|---|---|---|")
         for hist, (fp, rate) in history_sweep(args.history_sweep, 32).items():
@@ -222,19 +246,7 @@ def main(argv=None) -> int:
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nthresholds (GLR per window length m = 1..{cfg.max_window}): " + ", ".join(f2(x) for x in thresholds[CW]))
     if args.speed_series:
-        sp = speed(args.speed_series, 5, thresholds[CW], cfg)
-        hourly = sp["load_s"] + sp["scan_s"]
-        per = (hourly + (sp["fit_s"] + sp["save_s"]) / 24) / sp["n"] * 1e6
-        refit = (sp["fit_s"] + sp["scan_s"]) / sp["n"] * 1e6
-        print(f"\n## Cost\n\n| what | series | time |\n|---|---|---|\n"
-              f"| noise-model fit on {cfg.fit_hours} h (online.day_model; the day's first run) | {sp['n']:,} | {sp['fit_s']:.1f} s |\n"
-              f"| store the day's models (analytics.store.noise_models.save_day, DuckDB) | {sp['n']:,} | {sp['save_s']:.1f} s |\n"
-              f"| every run: read the day's models back (load_day + day_model) | {sp['n']:,} | {sp['load_s']:.1f} s |\n"
-              f"| every run: scan with the day's model (online.sequential_alarms) | {sp['n']:,} | {sp['scan_s']:.1f} s |\n"
-              f"| per series-hour (read + scan + 1/24 of fit and store) | 1 | {per:.0f} µs |\n"
-              f"| per series-hour refitting every run (fit + scan, no cache) | 1 | {refit:.0f} µs |\n"
-              f"\n({sp['alarms']} alarms in the speed corpus' last hour; one process; the SQL load of "
-              f"{online.lookback_hours(cfg)} h per series is not in these times)")
+        print_cost(speed(args.speed_series, 5, thresholds[CW], cfg), cfg)
     return 0
 
 
