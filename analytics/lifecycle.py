@@ -93,7 +93,10 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
 
     A later change point reverts a step when it moves the good way and brings the level back to
     within half the step of the old level. Series with fewer than ``config.min_points`` valid
-    hours, and seasonal series with fewer than three periods, give no steps.
+    hours, and seasonal series with fewer than three periods, give no steps; neither does a change
+    point with fewer than ``config.min_points`` valid hours before it (a level from less than a day
+    cannot tell a step from the daily cycle or from drift: the first analysable run would otherwise
+    judge a series' first hours as a step).
     """
     values = np.asarray(values, dtype=float)
     valid = np.count_nonzero(~np.isnan(values))
@@ -111,6 +114,8 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
                 revert = later.index
                 break
         if _onset_not_yet_clear(values, cp, bad, config.min_size):
+            continue
+        if np.count_nonzero(~np.isnan(values[: cp.index])) < config.min_points:
             continue
         steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
     return steps

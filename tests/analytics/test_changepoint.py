@@ -118,3 +118,16 @@ def test_heavy_tailed_noise_stays_quiet():
     rng = np.random.default_rng(11)
     false = sum(bool(idx(100 + rng.standard_t(3, 168))) for _ in range(200))
     assert false <= 2
+
+
+def test_a_step_needs_a_day_of_reference_before_it_in_the_regression_layer():
+    # analytics.lifecycle.find_steps: the same +10 % step 10 h into a series' life is not a
+    # regression (a level from 10 hours cannot tell a step from the daily cycle or drift); 30 h in, it is
+    from analytics.lifecycle import DetectConfig, find_steps
+
+    rng = np.random.default_rng(5)
+    cfg = DetectConfig()
+    for onset, expected in ((10, []), (30, [30])):
+        values = 100.0 * np.exp(rng.normal(0, 0.005, 48))
+        values[onset:] *= 1.10
+        assert [s.index for s in find_steps(values, bad=1, period=None, config=cfg)] == expected
