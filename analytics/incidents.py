@@ -156,13 +156,17 @@ def _slows_gpu(r: Regression) -> str | None:
 
 def _late_symptoms(regs: list[Regression], late: dt.timedelta) -> list[tuple[int, int]]:
     """(GPU event, later regression) pairs: same job, the later one without a GPU of its own, with
-    no cause or ``kernel_slower``, and an onset after the GPU event's by at most ``late``."""
+    no cause or ``kernel_slower``, and an onset at or after the GPU event's by at most ``late``.
+    Each such regression joins only the nearest GPU event before it (the latest onset), so one
+    symptom never merges two GPUs' incidents."""
     anchors = [(i, r) for i, r in enumerate(regs) if r.job and _slows_gpu(r)]
     out = []
     for j, s in enumerate(regs):
         if not s.job or _gpu_of(s) or (s.top_cause.rule if s.top_cause else None) not in SYMPTOM_CAUSES:
             continue
-        out += [(i, j) for i, r in anchors if r.job == s.job and dt.timedelta(0) < s.onset - r.onset <= late]
+        cands = [(r.onset, -i, i) for i, r in anchors if r.job == s.job and dt.timedelta(0) <= s.onset - r.onset <= late]
+        if cands:
+            out.append((max(cands)[2], j))
     return out
 
 

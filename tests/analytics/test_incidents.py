@@ -176,3 +176,15 @@ def test_late_link_needs_same_job_a_slowing_gpu_event_and_no_other_cause():
     contended = reg(job="train", kernel="g", cause="contention", evidence={"gpu_uuid": "GPU-5"})
     [inc] = group_incidents([contended, reg(kernel="h", onset=T + 3 * H, cause="kernel_slower")])
     assert inc.cause == "contention" and inc.key == "GPU-5"
+
+
+def test_a_late_symptom_joins_the_nearest_gpu_event_only_and_may_share_its_hour():
+    # two GPUs of one job throttled 5 h apart stay two incidents: a symptom after both joins the later one
+    first = reg(job="train", series="gpu_sm_clock_mhz", gpu="GPU-1", cause="clock_throttle", mag=-13)
+    second = reg(job="train", series="gpu_sm_clock_mhz", gpu="GPU-2", cause="clock_throttle", mag=-13, onset=T + 5 * H)
+    symptom = reg(kernel="a", onset=T + 5 * H + dt.timedelta(minutes=30))
+    inc = group_incidents([first, second, symptom])
+    assert sorted((i.key, len(i.members)) for i in inc) == [("GPU-1", 1), ("GPU-2", 2)]
+    # a symptom estimated at the GPU event's own hour is its symptom too
+    [same] = group_incidents([first, reg(kernel="b", onset=T)])
+    assert same.key == "GPU-1" and len(same.members) == 2
