@@ -228,9 +228,10 @@ def scan(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel, config: S
             lrv = (1 + model.phi[:, None]) / (1 - model.phi[:, None])  # long-run variance factor of AR(1)
             ref_z = np.full((n, M), -np.inf)
             for w in {max(1, min(w, M, R // 2)) for w in config.ref_splits}:  # newest w reference hours vs the rest
-                early = (cs[:, j - w] - cs[:, j - R]) / (ks[:, j - w] - ks[:, j - R])
-                late = (cs[:, j] - cs[:, j - w]) / (ks[:, j] - ks[:, j - w])
-                se = sig[:, None] * np.sqrt(lrv * (1.0 / w + 1.0 / (R - w)))
+                n_early, n_late = ks[:, j - w] - ks[:, j - R], ks[:, j] - ks[:, j - w]  # valid hours, not w and R - w
+                early = (cs[:, j - w] - cs[:, j - R]) / n_early
+                late = (cs[:, j] - cs[:, j - w]) / n_late
+                se = sig[:, None] * np.sqrt(lrv * (1.0 / n_late + 1.0 / n_early))
                 ref_z = np.maximum(ref_z, np.nan_to_num((late - early) / se))
         delta = np.nan_to_num(delta)
         u = y[:, -M - 1 :] - anchor[:, None]
