@@ -9,6 +9,11 @@ variance over the launches, from the shard's ``sumsq_ns2``):
     ratio(k)  = variance of the block means across blocks / mean predicted variance of a block mean
     excess(k) = sqrt(max(0, observed - predicted)) / mean, in percent (the wander at that scale)
 
+Windows with fewer than ``--min-launches`` launches are left out, so a block is k consecutive
+*kept* windows (a gap in a capture joins the windows on either side of it). The predicted variance
+at k > 1 pools the launches of the whole block around the block's mean, so level changes inside a
+block count as sampling noise there: ``excess(k)`` is a lower bound of the wander at that scale.
+
 Independent launches give ratio ~ 1 at every k. Wander (the level itself moving: clocks, thermals,
 contention, input mix) makes the ratio grow with k, because sampling noise shrinks as blocks hold
 more launches and wander does not. The simulator assumes the second at the hourly scale

@@ -43,7 +43,7 @@ def test_wander_makes_the_ratio_grow_with_the_block():
 def test_real_capture_thirty_seconds_is_sampling_noise():
     series = wander.load_windows(ROOT / "tests" / "data" / "cupti" / "shards", 50)
     res = wander.summarize(series)
-    assert res["series"] == 79  # kernel series with >= 50 launches in every 10-s window
+    assert res["series"] == 79  # kernel series with >= 50 launches in at least one 10-s window
     first = res["by_block"][0]
     assert first["windows_per_block"] == 1 and 0.5 < first["ratio_median"] < 2
 
