@@ -172,7 +172,8 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         result["records_delivered"] = session.agg.delivered_total
         result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
         result["drain"] = session.tracer.drain.summary()  # collector.drain; read after stop() like the counts above
-        result["finalize"] = session.tracer.finalizer.summary()  # collector.finalize: where each cuptiFinalize ran
+        # collector.finalize: where each cuptiFinalize ran, the exit detach included (read after stop())
+        result["finalize"] = session.tracer.finalizer.summary()
         # the traced fraction actually used: time-weighted sampling_duty of the health rows
         from cudawatch.shards import list_shards, read_shard
 

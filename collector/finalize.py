@@ -10,10 +10,14 @@ callback instead; pytorch/kineto PR #686 ("Safely teardown CUPTI") moved to that
 the H200 (2026-12-04).
 
 ``CUDAWATCH_FINALIZE=callback`` (opt-in, not yet measured on the GPU): after the forced flush the
-collector's thread subscribes a callback (``cupti.subscribe``), enables the ``RUNTIME_API`` and
-``DRIVER_API`` callback domains (``cupti.enable_domain``) and arms it; the first ``API_EXIT``
-callback on any application thread unsubscribes, calls ``cupti.finalize()`` there and sets a
-``threading.Event`` the collector's thread waits on. Order and locking:
+collector's thread subscribes a callback (``cupti.subscribe``), enables the ``DRIVER_API`` callback
+domain (``cupti.enable_domain``) and arms it; the first ``API_EXIT`` callback on any application
+thread unsubscribes, calls ``cupti.finalize()`` there and sets the ``threading.Event`` of that
+subscription's generation, which the collector's thread waits on (a new Event and failure slot per
+generation: a late callback of an older one can never complete a newer round). ``DRIVER_API``
+only: a runtime call that does GPU work reaches the driver, and cupti-python 12.8's documentation
+lists ``RUNTIME_API`` as unsupported for callbacks (a refused ``enable_domain`` would turn every
+detach into a fallback). Order and locking:
 
 * The forced flush (kinds disabled before it) has delivered every buffer on the collector's thread
   before the callback is armed, so no buffer-completed callback is pending when ``cuptiFinalize``
@@ -25,13 +29,23 @@ callback on any application thread unsubscribes, calls ``cupti.finalize()`` ther
   callback on another thread is not stuck behind it. Exactly one party finalizes: the state moves
   from ARMED to CLAIMED once, under the lock, and a callback of an older subscription (its
   ``userdata`` is an older generation) does nothing.
-* While the domains are on (until the first API exit: microseconds in a busy program), every CUDA
+* While the domain is on (until the first API exit: microseconds in a busy program), every driver
   call on every thread runs a Python callback that needs the GIL. A native thread that calls CUDA
   while holding a lock of its own (PyTorch's caching allocator around ``cudaMalloc``) waits there
-  for the GIL; if the GIL holder waits for that lock, both hang. Any Python CUPTI callback has this
-  exposure; here it is limited to that window — one reason this mode is opt-in until measured.
-* Domains are enabled before arming, so no callback can finalize between the two
-  ``enable_domain`` calls (a CUPTI call after ``cuptiFinalize`` would attach CUPTI again).
+  for the GIL; if the GIL holder then waits for that lock, it is a deadlock: both threads hang
+  for good, the program with them. Not a bounded window: the timeout cannot end it (the
+  collector's thread needs the GIL too). Only the chance of entering it is limited to the time
+  the domain is on. Any Python CUPTI callback has this exposure — one reason this mode is opt-in
+  until measured.
+* The domain is enabled before arming, so no callback can finalize while ``enable_domain`` is
+  still running (a CUPTI call after ``cuptiFinalize`` would attach CUPTI again).
+* The callback claims the round inside a ``try`` whose ``finally`` sets that round's Event, and
+  catches everything: no exception reaches cupti-python, and the collector's thread is always
+  woken. A failure is counted (``errors``) and raised again on the collector's thread; one before
+  ``cuptiFinalize`` started makes the collector's thread finalize itself (``fallback``).
+* An exception in the collector's wait (Ctrl-C while ``Session.stop`` detaches on the main thread)
+  claims the round, unsubscribes and finalizes before it propagates (``fallback``), so no
+  subscription is left armed.
 * No API exit within ``timeout_s`` (200 ms): the collector's thread finalizes itself and counts it
   (``by_timeout``). Then no CUDA call has returned for 200 ms: the application is idle (nothing in
   flight: the safe case), or a thread is blocked in one long call (a synchronize waiting for the
@@ -39,8 +53,9 @@ callback on any application thread unsubscribes, calls ``cupti.finalize()`` ther
   longer would stall the collector's loop (windows, shards) on an idle program.
 * ``cupti.subscribe`` refused (CUPTI 13.4 serves one subscriber per process:
   ``ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED``) or ``enable_domain`` failed: the collector's thread
-  finalizes as in ``thread`` mode and counts a ``fallback`` with the reason. Never a crash, never
-  an attach left open.
+  finalizes as in ``thread`` mode and counts a ``fallback`` with the reason (counted before the
+  call, so a failing ``cuptiFinalize`` keeps it; the failure itself goes to ``errors``, as on the
+  timeout path). Never a crash, never an attach left open.
 
 Counters: ``summary()`` (printed by benchmarks/memory.py and benchmarks/overhead.py). The CUPTI
 parts are checked on CPU with a stand-in ``cupti`` module (tests/collector/test_finalize.py).
@@ -90,17 +105,14 @@ class DetachFinalizer:
         self.in_callback = 0  # callback mode: finalized at an application thread's API exit
         self.by_timeout = 0  # callback mode: no API exit within timeout_s, finalized on the collector's thread
         self.fallback = 0  # callback mode: subscribing/enabling failed, finalized on the collector's thread
-        self.errors = 0  # failed cuptiUnsubscribe calls (the finalize still ran) and failed finalizes in a callback
+        self.errors = 0  # failed cuptiUnsubscribe calls (the finalize still ran), failed callbacks, failed finalizes
         self.last_fallback: str | None = None
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._state = _IDLE
         self._gen = 0
-        self._handle = None
-        self._cupti = None
+        self._round: _Round | None = None  # the current generation's subscription
         self._exit_site = None
-        self._done = threading.Event()
-        self._failed: BaseException | None = None
         self._callback = self._on_api  # one object for every subscription (cupti-python keeps a reference)
 
     def summary(self) -> dict:
@@ -121,74 +133,82 @@ class DetachFinalizer:
             return "thread"
         try:
             exit_site = int(cupti.ApiCallbackSite.API_EXIT)
-            domains = (cupti.CallbackDomain.RUNTIME_API, cupti.CallbackDomain.DRIVER_API)
+            # DRIVER_API only: every runtime call that does GPU work reaches the driver, so its exit
+            # comes as promptly; cupti-python 12.8's documentation lists RUNTIME_API as unsupported
+            # for callbacks, and a refused enable_domain would turn every detach into a fallback.
+            domain = cupti.CallbackDomain.DRIVER_API
             handle = cupti.subscribe(self._callback, self._gen + 1)
         except Exception as exc:  # another subscriber (ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) or CUPTI refused
             return self._fall_back(cupti, f"subscribe: {_why(exc)}")
-        self._done.clear()
-        self._failed = None
+        rnd = _Round(cupti, handle)  # this generation's Event and failure slot, never shared with another
         with self._lock:
             self._gen += 1
-            self._handle, self._cupti, self._exit_site, self._state = handle, cupti, exit_site, _ENABLING
+            self._round, self._exit_site, self._state = rnd, exit_site, _ENABLING
         try:
-            for domain in domains:
+            try:
                 cupti.enable_domain(1, handle, domain)
-        except Exception as exc:
+            except Exception as exc:
+                with self._lock:
+                    self._state = _IDLE
+                self._unsubscribe(cupti, handle)
+                return self._fall_back(cupti, f"enable_domain: {_why(exc)}")
             with self._lock:
-                self._state = _IDLE
-            self._unsubscribe(cupti, handle)
-            return self._fall_back(cupti, f"enable_domain: {_why(exc)}")
-        with self._lock:
-            self._state = _ARMED
-        if not self._done.wait(self.timeout_s):
-            with self._lock:
-                mine = self._state == _ARMED
-                if mine:
-                    self._state = _CLAIMED
-            if mine:  # no API exit: finalize here (see the module docstring for why that is acceptable)
+                self._state = _ARMED
+            if not rnd.done.wait(self.timeout_s):
+                if self._claim(rnd):  # no API exit: finalize here (see the module docstring for why that is acceptable)
+                    self.by_timeout += 1
+                    self._finalize_here(cupti, handle, "finalize after the timeout")
+                    return "timeout"
+                # a callback claimed it just now: its cuptiFinalize is under way
+                if not rnd.done.wait(STARTED_LIMIT_S):
+                    raise RuntimeError(
+                        f"cuptiFinalize in an API-exit callback did not return within {STARTED_LIMIT_S:g} s")
+        except BaseException as exc:  # Ctrl-C in the wait (Session.stop on the main thread): never leave it armed
+            if self._claim(rnd):
+                self.fallback += 1
+                self.last_fallback = f"interrupted: {_why(exc)}"
                 try:
-                    self._unsubscribe(cupti, handle)
-                    cupti.finalize()
-                finally:
-                    with self._lock:
-                        self._state = _IDLE
-                self.by_timeout += 1
-                return "timeout"
-            # a callback claimed it just now: its cuptiFinalize is under way
-            if not self._done.wait(STARTED_LIMIT_S):
-                raise RuntimeError(f"cuptiFinalize in an API-exit callback did not return within {STARTED_LIMIT_S:g} s")
+                    self._finalize_here(cupti, handle, "finalize after an interrupt")
+                except BaseException:
+                    pass  # counted in errors; the interrupt is what propagates
+            raise
         with self._lock:
-            self._state = _IDLE
-        if self._failed is not None:
-            raise self._failed
+            if self._round is rnd:
+                self._state = _IDLE
+        if rnd.failed is not None:
+            if not rnd.started:  # the callback failed before its cuptiFinalize: finalize here
+                return self._fall_back(cupti, f"callback failed before finalize: {_why(rnd.failed)}", handle)
+            raise rnd.failed
         return "callback"
 
     # ---- application thread ----------------------------------------------------------------
     def _on_api(self, userdata, domain, cbid, data) -> None:
-        """CUPTI runtime/driver API callback, on an application thread inside its CUDA call, holding
-        the GIL. Returns at once unless armed and at an API exit; never waits for the collector."""
-        if self._state != _ARMED or userdata != self._gen:
-            return
+        """CUPTI driver API callback, on an application thread inside its CUDA call, holding the
+        GIL. Returns at once unless armed and at an API exit; never waits for the collector, and
+        never lets an exception escape into cupti-python."""
+        rnd = None
         try:
-            if data.callback_site != self._exit_site:
-                return
-        except Exception:  # an unexpected callback payload: not an exit we can recognize
-            return
-        with self._lock:
             if self._state != _ARMED or userdata != self._gen:
                 return
-            self._state = _CLAIMED
-            cupti, handle = self._cupti, self._handle
-        try:
-            self._unsubscribe(cupti, handle)
-            cupti.finalize()
+            if getattr(data, "callback_site", None) != self._exit_site:
+                return
+            with self._lock:
+                if self._state != _ARMED or userdata != self._gen:
+                    return
+                self._state = _CLAIMED
+                rnd = self._round
+            self._unsubscribe(rnd.cupti, rnd.handle)
+            rnd.started = True
+            rnd.cupti.finalize()
             self.in_callback += 1
-        except BaseException as exc:  # raised again on the collector's thread (it counts errors)
+        except BaseException as exc:  # raised again (or finalized) on the collector's thread
             self.errors += 1
-            self.last_error = f"finalize in an API callback: {_why(exc)}"
-            self._failed = exc
+            self.last_error = f"API callback: {_why(exc)}"
+            if rnd is not None:
+                rnd.failed = exc
         finally:
-            self._done.set()
+            if rnd is not None:
+                rnd.done.set()
 
     # ---- helpers -------------------------------------------------------------------------
     def _unsubscribe(self, cupti, handle) -> None:
@@ -200,8 +220,48 @@ class DetachFinalizer:
             self.errors += 1
             self.last_error = f"unsubscribe: {_why(exc)}"
 
-    def _fall_back(self, cupti, why: str) -> str:
-        cupti.finalize()
-        self.fallback += 1
+    def _claim(self, rnd: "_Round") -> bool:
+        """Collector's thread: take this round from ENABLING/ARMED to CLAIMED (False: a callback has it)."""
+        with self._lock:
+            mine = self._round is rnd and self._state in (_ENABLING, _ARMED)
+            if mine:
+                self._state = _CLAIMED
+            return mine
+
+    def _finalize_here(self, cupti, handle, what: str) -> None:
+        """Collector's thread, round claimed: unsubscribe and finalize; a failure is counted and raised."""
+        try:
+            self._unsubscribe(cupti, handle)
+            cupti.finalize()
+        except BaseException as exc:
+            self.errors += 1
+            self.last_error = f"{what}: {_why(exc)}"
+            raise
+        finally:
+            with self._lock:
+                self._state = _IDLE
+
+    def _fall_back(self, cupti, why: str, handle=None) -> str:
+        self.fallback += 1  # counted before the call: the reason is kept even if cuptiFinalize fails
         self.last_fallback = why
+        try:
+            if handle is not None:
+                self._unsubscribe(cupti, handle)
+            cupti.finalize()
+        except BaseException as exc:
+            self.errors += 1
+            self.last_error = f"finalize in a fallback: {_why(exc)}"
+            raise
         return "fallback"
+
+
+class _Round:
+    """One generation's subscription: the Event its callback sets and the slot for its failure."""
+
+    __slots__ = ("cupti", "handle", "done", "failed", "started")
+
+    def __init__(self, cupti, handle) -> None:
+        self.cupti, self.handle = cupti, handle
+        self.done = threading.Event()
+        self.failed: BaseException | None = None
+        self.started = False  # the callback has reached cuptiFinalize

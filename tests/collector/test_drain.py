@@ -171,12 +171,13 @@ def enable_domain(on, h, domain):
     _cupti_call("enable_domain")
     state["domains"].add(domain)
 
-def api_call():
-    for site in (ApiCallbackSite.API_ENTER, ApiCallbackSite.API_EXIT):
+def api_call():  # a runtime call that reaches the driver: runtime enter, driver enter/exit, runtime exit
+    R, D, E, X = CallbackDomain.RUNTIME_API, CallbackDomain.DRIVER_API, ApiCallbackSite.API_ENTER, ApiCallbackSite.API_EXIT
+    for domain, site in ((R, E), (D, E), (D, X), (R, X)):
         sub = state["subscriber"]
-        if sub and CallbackDomain.RUNTIME_API in state["domains"]:
+        if sub and domain in state["domains"]:
             _in_api.site = site
-            sub[0](sub[1], CallbackDomain.RUNTIME_API, 0, types.SimpleNamespace(callback_site=site))
+            sub[0](sub[1], domain, 0, types.SimpleNamespace(callback_site=site))
             _in_api.site = None
 
 def _record(t_done, now):

@@ -9,7 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import signal
 import textwrap
+import threading
+import time
+import types
 
 import pytest
 
@@ -66,6 +70,8 @@ SCRIPT = textwrap.dedent("""
     if scenario not in ("idle", "late"):
         app_thread.start()
     if scenario == "late":  # the only API exit comes right after the collector's wait timed out
+        import types
+        import collector.finalize as F
 
         class LateEvent(threading.Event):
             def wait(self, timeout=None):
@@ -75,7 +81,7 @@ SCRIPT = textwrap.dedent("""
                     late.join()
                     return False
                 return super().wait(timeout)
-        t.finalizer._done = LateEvent()
+        F.threading = types.SimpleNamespace(Event=LateEvent, Lock=threading.Lock)  # this module's Events only
     n = 200 if scenario == "race" else 3
     out = {"how": [], "detach_s": [], "calls": []}
     orig = t.finalizer.finalize
@@ -117,6 +123,13 @@ def run(tmp_path, scenario: str, **env_extra) -> dict:
     return json.loads(p.stdout)
 
 
+def assert_order(calls: list) -> None:
+    """Forced flush, then subscribe, then enable the domain; unsubscribe before the one finalize, which is last."""
+    assert calls.index("flush_forced") < calls.index("subscribe") < calls.index("enable_domain")
+    assert calls.index("unsubscribe") < calls.index("finalize")
+    assert calls.count("finalize") == 1 and calls[-1] == "finalize"
+
+
 def test_the_first_api_exit_on_an_application_thread_finalizes_once(tmp_path):
     out = run(tmp_path, "callback")
     assert out["how"] == ["callback"] * 3
@@ -126,8 +139,8 @@ def test_the_first_api_exit_on_an_application_thread_finalizes_once(tmp_path):
     assert out["summary"]["errors"] == 0 and out["overlaps"] == 0
     # the forced flush before the subscription: nothing for the buffer callback when finalize runs
     for calls in out["calls"]:
-        assert calls == ["disable"] * 4 + ["flush", "flush_forced", "subscribe", "enable_domain", "enable_domain",
-                                           "unsubscribe", "finalize"]
+        assert_order(calls)
+        assert calls.count("enable_domain") == 1  # DRIVER_API only
     assert max(out["detach_s"]) < DEFAULT_TIMEOUT_S
     assert not out["attached"] and not out["subscriber_left"]
 
@@ -138,7 +151,9 @@ def test_an_idle_application_is_finalized_by_the_collector_after_the_timeout(tmp
     assert out["finalized_on"] == ["collector"] * 3 and out["finalized_at"] == [None] * 3
     assert out["summary"]["by_timeout"] == 3 and out["summary"]["in_callback"] == 0
     assert min(out["detach_s"]) >= DEFAULT_TIMEOUT_S
-    assert out["calls"][0][-2:] == ["unsubscribe", "finalize"] and out["overlaps"] == 0
+    assert out["overlaps"] == 0
+    for calls in out["calls"]:
+        assert_order(calls)
     assert not out["subscriber_left"]
 
 
@@ -161,7 +176,7 @@ def test_callback_and_timeout_racing_still_finalize_exactly_once(tmp_path):
     assert len(out["finalized_on"]) == 200 and s["in_callback"] + s["by_timeout"] == 200
     assert s["in_callback"] > 0 and s["by_timeout"] > 0
     assert out["overlaps"] == 0 and s["errors"] == 0
-    assert all(calls.count("finalize") == 1 for calls in out["calls"])
+    assert all(calls.count("finalize") == 1 and calls[-1] == "finalize" for calls in out["calls"])
 
 
 def test_an_exit_just_after_the_timeout_is_finalized_by_its_callback_alone(tmp_path):
@@ -174,3 +189,92 @@ def test_a_bad_value_stops_the_tracer_before_it_attaches(tmp_path):
     """The session builds the tracer inside its try (see test_drain): the collector goes off with the reason."""
     out = run(tmp_path, "bad_env", CUDAWATCH_FINALIZE="sometimes")
     assert "CUDAWATCH_FINALIZE" in out["error"] and "'sometimes'" in out["error"]
+
+
+# ---- in-process checks of one round at a time ------------------------------------------------------
+@pytest.fixture
+def fake_cupti(monkeypatch):
+    """The stand-in module, loaded fresh in this process as ``cupti.cupti``."""
+    mod = types.ModuleType("cupti.cupti")
+    exec(FAKE_CUPTI, mod.__dict__)
+    pkg = types.ModuleType("cupti")
+    pkg.cupti = mod
+    monkeypatch.setitem(sys.modules, "cupti", pkg)
+    monkeypatch.setitem(sys.modules, "cupti.cupti", mod)
+    return mod
+
+
+def test_a_late_callback_of_an_old_generation_cannot_complete_a_new_round(fake_cupti, monkeypatch):
+    """Round 1: a callback claims and its cuptiFinalize hangs past the collector's limit (RuntimeError).
+    Round 2: that old callback returns while round 2 is armed; round 2 must not report "callback"
+    (no finalize of its own ran) but finalize after its timeout."""
+    import collector.finalize as F
+
+    monkeypatch.setattr(F, "STARTED_LIMIT_S", 0.05)
+    release, entered = threading.Event(), threading.Event()
+    real_finalize = fake_cupti.finalize
+
+    def slow_finalize():
+        if threading.current_thread().name == "old-app":
+            entered.set()
+            release.wait(10)
+        real_finalize()
+    fake_cupti.finalize = slow_finalize
+    f = DetachFinalizer("callback", timeout_s=0.2)
+
+    def calls_until_claimed():  # an application thread; its first API exit while armed claims round 1
+        while not entered.is_set():
+            fake_cupti.api_call()
+            time.sleep(0.0005)
+    app = threading.Thread(target=calls_until_claimed, name="old-app")
+    app.start()
+    with pytest.raises(RuntimeError, match="did not return"):
+        f.finalize()
+    assert entered.is_set()
+    result = {}
+    r2 = threading.Thread(target=lambda: result.update(how=f.finalize()), name="collector")
+    r2.start()
+    deadline = time.monotonic() + 5
+    while f._state != "armed" and time.monotonic() < deadline:
+        time.sleep(0.001)
+    release.set()  # the old callback finishes now, while round 2 is armed
+    app.join(5)
+    r2.join(5)
+    assert result["how"] == "timeout"
+    s = f.summary()
+    assert s["in_callback"] == 1 and s["by_timeout"] == 1
+    assert fake_cupti.finalized_on == ["old-app", "collector"]
+
+
+def test_ctrl_c_in_the_wait_finalizes_before_it_propagates(fake_cupti):
+    """SIGINT to the main thread while it waits for an API exit (Session.stop): the subscription is
+    claimed, unsubscribed and finalized, then KeyboardInterrupt propagates."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread")
+    f = DetachFinalizer("callback", timeout_s=5.0)
+    threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        f.finalize()
+    assert time.monotonic() - t0 < 4
+    assert fake_cupti.calls[-2:] == ["unsubscribe", "finalize"] and fake_cupti.state["subscriber"] is None
+    s = f.summary()
+    assert s["fallback"] == 1 and "KeyboardInterrupt" in s["last_fallback"] and f._state == "idle"
+    fake_cupti.api_call()  # a later API exit does nothing
+    assert fake_cupti.calls.count("finalize") == 1
+
+
+def test_a_failing_finalize_is_counted_with_its_reason(fake_cupti):
+    def broken():
+        raise fake_cupti.cuptiError(99)
+    fake_cupti.finalize = broken
+    fake_cupti.state["refuse_subscribe"] = True
+    f = DetachFinalizer("callback", timeout_s=0.01)
+    with pytest.raises(fake_cupti.cuptiError):
+        f.finalize()
+    fake_cupti.state["refuse_subscribe"] = False
+    with pytest.raises(fake_cupti.cuptiError):
+        f.finalize()  # idle: the timeout path
+    s = f.summary()
+    assert s["fallback"] == 1 and "subscribe" in s["last_fallback"]
+    assert s["by_timeout"] == 1 and s["errors"] == 2 and "status 99" in s["last_error"]
