@@ -34,6 +34,7 @@ class DetectConfig:
 
     lookback_hours: trailing window each run analyses. tail_hours: change points older than this
     when first seen are history, not new events. min_points: fewest valid hours a series needs.
+    min_reference_hours: fewest valid hours before a change point for it to become a regression.
     min_size, window, max_pvalue, min_magnitude_pct: passed to detect_change_points.
     went_away_hours: a step that reverts within this many hours is recorded as went_away.
     dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
@@ -53,6 +54,7 @@ class DetectConfig:
     lookback_hours: int = 168
     tail_hours: int = 24
     min_points: int = 24
+    min_reference_hours: int = 12
     min_size: int = 3
     window: int = 48
     max_pvalue: float = 1e-6
@@ -94,9 +96,8 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
     A later change point reverts a step when it moves the good way and brings the level back to
     within half the step of the old level. Series with fewer than ``config.min_points`` valid
     hours, and seasonal series with fewer than three periods, give no steps; neither does a change
-    point with fewer than ``config.min_points`` valid hours before it (a level from less than a day
-    cannot tell a step from the daily cycle or from drift: the first analysable run would otherwise
-    judge a series' first hours as a step).
+    point with fewer than ``config.min_reference_hours`` valid hours before it (the first analysable
+    run would otherwise judge a series' first few hours as the old level of a step).
     """
     values = np.asarray(values, dtype=float)
     valid = np.count_nonzero(~np.isnan(values))
@@ -115,7 +116,7 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
                 break
         if _onset_not_yet_clear(values, cp, bad, config.min_size):
             continue
-        if np.count_nonzero(~np.isnan(values[: cp.index])) < config.min_points:
+        if np.count_nonzero(~np.isnan(values[: cp.index])) < config.min_reference_hours:
             continue
         steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
     return steps

@@ -57,12 +57,10 @@ class SequentialConfig:
     reference hours sit this many standard errors above the earlier ones, for some w in
     ``ref_splits``, is held back (the step began before that onset; w = 3, 6 see one that began a
     few hours before it, which 12 hours dilute). clean_prev: in every innovation the previous hour
-    enters clipped at this many stationary sigmas around the hypothesis' own mean, so an outlier
-    hour (additive: the corpus' and real series' outlier hours are single bad hours, not shocks the
-    AR noise carries on) does not leak into the next hour's innovation (0: off). refine: iterations of the t
-    maximum-likelihood refit of phi and the scale (analytics.noise_model; 0: off). drift_term:
-    the no-step hypothesis allows the level to have wandered by the model's random-walk drift since
-    the reference (``drift_var``; off: the 2026-12-03.2 statistic)."""
+    enters clipped at this many stationary sigmas around the hypothesis' own mean, so an additive
+    outlier hour does not leak into the next hour's innovation (0: off). refine: iterations of the
+    t-ML refit of phi and the scale (analytics.noise_model; 0: off). drift_term: the no-step
+    hypothesis allows the model's random-walk drift since the reference (``drift_var``)."""
 
     max_window: int = 12
     min_len: int = 3

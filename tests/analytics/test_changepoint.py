@@ -120,14 +120,14 @@ def test_heavy_tailed_noise_stays_quiet():
     assert false <= 2
 
 
-def test_a_step_needs_a_day_of_reference_before_it_in_the_regression_layer():
-    # analytics.lifecycle.find_steps: the same +10 % step 10 h into a series' life is not a
-    # regression (a level from 10 hours cannot tell a step from the daily cycle or drift); 30 h in, it is
+def test_a_step_needs_half_a_day_of_reference_before_it_in_the_regression_layer():
+    # analytics.lifecycle.find_steps: the same +10 % step 8 h into a series' life is not a
+    # regression (fewer than min_reference_hours = 12 valid hours before it); 14 h in, it is
     from analytics.lifecycle import DetectConfig, find_steps
 
     rng = np.random.default_rng(5)
     cfg = DetectConfig()
-    for onset, expected in ((10, []), (30, [30])):
+    for onset, expected in ((8, []), (14, [14])):
         values = 100.0 * np.exp(rng.normal(0, 0.005, 48))
         values[onset:] *= 1.10
         assert [s.index for s in find_steps(values, bad=1, period=None, config=cfg)] == expected
