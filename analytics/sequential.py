@@ -1,9 +1,8 @@
 """Sequential (online) regression detection for the hourly path: a windowed Student-t GLR on
 prewhitened residuals, vectorised over many series at once.
 
-Pure numpy, no SQL, no I/O, no clock. ``detect_hourly(values, hour_of_day, ...)`` is the function
-the hourly detection step calls with the trailing window of every series of one family; the
-offline ``analytics.changepoint.detect_change_points`` stays for history and reports.
+Pure numpy, no SQL, no I/O, no clock. ``detect_hourly(values, hour_of_day, ...)`` runs on the trailing
+window of every series of one family; ``analytics.changepoint`` stays for history and reports.
 
 Method (docs/detection.md has the derivation and what was tried):
 
