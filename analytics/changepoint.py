@@ -83,7 +83,7 @@ def detect_change_points(
     window: at most this many points each side enter the local test.
     max_pvalue: significance needed to keep a change point.
     min_magnitude_pct: smallest |relative change| of the means to keep a change point.
-    period: remove a daily-like seasonal profile of this length (applied when at least two
+    period: remove a daily-like seasonal profile of this length (applied when at least three
         periods of data exist); None for no adjustment.
     hampel_k: replace points further than this many robust sigmas from the local median by the
         median (single outlier hours); None disables the filter.

@@ -40,7 +40,7 @@ class DetectConfig:
     dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
     min_share: kernel-level events below this share of their job's GPU time are not raised (0: all).
     symptom_hours: a job or kernel step this close to a step of its GPU's clocks (or a job step this
-    close to a kernel step of the same job) is taken as that event's symptom, not a new event.
+    close to a kernel or copy step of the same job) is taken as that event's symptom, not a new event.
     screen_z: incremental mode's tail screen threshold; incremental=False analyses every series.
     drift: relative random-walk drift per hour of the series' level (see detect_change_points);
     None estimates it across the fleet's kernel series each run (``estimate_drift``).
@@ -95,14 +95,22 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
 
     A later change point reverts a step when it moves the good way and brings the level back to
     within half the step of the old level. Series with fewer than ``config.min_points`` valid
-    hours, and seasonal series with fewer than three periods, give no steps; neither does a change
-    point with fewer than ``config.min_reference_hours`` valid hours before it (the first analysable
-    run would otherwise judge a series' first few hours as the old level of a step).
+    hours give no steps; neither does a change point with fewer than ``config.min_reference_hours``
+    valid hours before it (the first analysable run would otherwise judge a series' first few hours
+    as the old level of a step). A seasonal series with fewer than three periods (too few for its
+    daily profile) is tested on its raw levels with the same significance, and then a change point
+    needs a whole period of valid hours before it (issue 15: a 48-hour
+    fleet's busy-share series used to give no steps at all, so idle gaps were never found before a
+    week of history).
     """
     values = np.asarray(values, dtype=float)
     valid = np.count_nonzero(~np.isnan(values))
-    if valid < config.min_points or (period is not None and valid < 3 * period):
-        return []  # too little data (a seasonal series needs three cycles for its daily profile)
+    if valid < config.min_points:
+        return []  # too little data
+    need = config.min_reference_hours
+    if period is not None and valid < 3 * period:
+        # too few cycles for a daily profile: raw levels, and a whole cycle before any change point
+        period, need = None, max(need, period)
     cps = detect_change_points(values, **config.cp_options(period))
     steps = []
     for i, cp in enumerate(cps):
@@ -116,7 +124,7 @@ def find_steps(values, *, bad: int, period: int | None, config: DetectConfig = D
                 break
         if _onset_not_yet_clear(values, cp, bad, config.min_size):
             continue
-        if np.count_nonzero(~np.isnan(values[: cp.index])) < config.min_reference_hours:
+        if np.count_nonzero(~np.isnan(values[: cp.index])) < need:
             continue
         steps.append(Step(cp.index, cp.mean_before, cp.mean_after, cp.magnitude_pct, cp.p_value, revert))
     return steps
@@ -234,7 +242,7 @@ def dedup(cands: list[Candidate], existing: list[dict], config) -> list[Candidat
         s, onset = scope(c), c.reg.onset
         if any(ts == s and abs(o - onset) <= near for ts, o, _ in taken):
             continue
-        if s[0] == "job" and any(ts[0] == "kernel" and j == c.reg.job and abs(o - onset) <= symptom for ts, o, j in taken):
+        if s[0] == "job" and any(ts[0] in _CAUSE_SCOPES and j == c.reg.job and abs(o - onset) <= symptom for ts, o, j in taken):
             continue
         if s[0] != "gpu" and any(abs(o - onset) <= symptom and c.reg.job in jobs for o, jobs in gpu_events):
             continue
@@ -242,9 +250,14 @@ def dedup(cands: list[Candidate], existing: list[dict], config) -> list[Candidat
         taken.append((s, onset, c.reg.job))
         if s[0] == "gpu":
             gpu_events.append((onset, c.extra.get("jobs", set())))
-    # job-level events found before a kernel event of the same job at the same onset are dropped too
+    # job-level events found before a kernel (or copy) event of the same job at the same onset are dropped too
     return [c for c in kept if not (scope(c)[0] == "job" and any(
-        scope(k)[0] == "kernel" and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= symptom for k in kept))]
+        scope(k)[0] in _CAUSE_SCOPES and k.reg.job == c.reg.job and abs(k.reg.onset - c.reg.onset) <= symptom for k in kept))]
+
+
+#: Scopes whose step makes a job-level step of the same job within ``symptom_hours`` its symptom: a
+#: kernel step, and a copy step (pageable copies leave the GPU idle: the job's busy share falls too).
+_CAUSE_SCOPES = ("kernel", "memcpy")
 
 
 def _scope(series, job, kernel_id, gpu_uuid, signature) -> tuple:

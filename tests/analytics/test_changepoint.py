@@ -131,3 +131,21 @@ def test_a_step_needs_half_a_day_of_reference_before_it_in_the_regression_layer(
         values = 100.0 * np.exp(rng.normal(0, 0.005, 48))
         values[onset:] *= 1.10
         assert [s.index for s in find_steps(values, bad=1, period=None, config=cfg)] == expected
+
+
+def test_a_seasonal_series_shorter_than_three_periods_is_tested_on_its_raw_levels():
+    # issue 15: find_steps gave a seasonal series (job_busy_share, period 24) no steps at all before
+    # 72 valid hours, so idle gaps on a 48-hour fleet were never found. Now it is tested without the
+    # daily profile, with the same significance and day-of-reference rule; its clean twin stays quiet.
+    from analytics.lifecycle import DetectConfig, find_steps
+
+    rng = np.random.default_rng(15)
+    cfg = DetectConfig(drift=0.0015)
+    hours = np.arange(48)
+    for _ in range(20):
+        clean = 0.9 * (1 + 0.01 * np.sin(2 * np.pi * hours / 24)) * np.exp(rng.normal(0, 0.01, 48))
+        assert find_steps(clean, bad=-1, period=24, config=cfg) == []
+        idle = clean.copy()
+        idle[32:] *= 0.87  # busy share falls 13 % at hour 32, wall time unchanged
+        assert [s.index for s in find_steps(idle, bad=-1, period=24, config=cfg)] == [32]
+        assert find_steps(idle[:20], bad=-1, period=24, config=cfg) == []  # under min_points: still nothing
