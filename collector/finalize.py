@@ -150,8 +150,7 @@ class DetachFinalizer:
             except Exception as exc:
                 with self._lock:
                     self._state = _IDLE
-                self._unsubscribe(cupti, handle)
-                return self._fall_back(cupti, f"enable_domain: {_why(exc)}")
+                return self._fall_back(cupti, f"enable_domain: {_why(exc)}", handle)
             with self._lock:
                 self._state = _ARMED
             if not rnd.done.wait(self.timeout_s):
@@ -228,15 +227,21 @@ class DetachFinalizer:
                 self._state = _CLAIMED
             return mine
 
-    def _finalize_here(self, cupti, handle, what: str) -> None:
-        """Collector's thread, round claimed: unsubscribe and finalize; a failure is counted and raised."""
+    def _unsubscribe_and_finalize(self, cupti, handle, what: str) -> None:
+        """Collector's thread: unsubscribe (when subscribed) and finalize; a failure is counted and raised."""
         try:
-            self._unsubscribe(cupti, handle)
+            if handle is not None:
+                self._unsubscribe(cupti, handle)
             cupti.finalize()
         except BaseException as exc:
             self.errors += 1
             self.last_error = f"{what}: {_why(exc)}"
             raise
+
+    def _finalize_here(self, cupti, handle, what: str) -> None:
+        """Collector's thread, round claimed: unsubscribe and finalize, then the finalizer is idle."""
+        try:
+            self._unsubscribe_and_finalize(cupti, handle, what)
         finally:
             with self._lock:
                 self._state = _IDLE
@@ -244,14 +249,7 @@ class DetachFinalizer:
     def _fall_back(self, cupti, why: str, handle=None) -> str:
         self.fallback += 1  # counted before the call: the reason is kept even if cuptiFinalize fails
         self.last_fallback = why
-        try:
-            if handle is not None:
-                self._unsubscribe(cupti, handle)
-            cupti.finalize()
-        except BaseException as exc:
-            self.errors += 1
-            self.last_error = f"finalize in a fallback: {_why(exc)}"
-            raise
+        self._unsubscribe_and_finalize(cupti, handle, "finalize in a fallback")
         return "fallback"
 
 
