@@ -245,8 +245,9 @@ def delays(results: list[dict], mixed: bool = False) -> dict:
     within 6 runs when <= 5 h; found at all when anything matched it (as in "not detected").
     Incidents: the fleet's events grouped by ``analytics.incidents.group_incidents`` as reports do (one
     alert per incident); an injection's count is the incidents holding any of its events; with one
-    injection per fleet, also the incidents holding no injection's events ("other": extra alerts). Returns {"kinds": kind -> counts and per-injection incident counts, "late": the
-    injections not found within 3 runs, "unmatched": events and incidents no injection explains}.
+    injection per fleet, also the incidents holding no injection's events ("other": extra alerts).
+    Returns {"kinds": kind -> counts and per-injection incident counts, "late": the injections not
+    found within 3 runs, "unmatched": events and incidents no injection explains}.
     """
     kinds: dict[str, dict] = {}
     late, unmatched = [], [0, 0]
@@ -258,12 +259,12 @@ def delays(results: list[dict], mixed: bool = False) -> dict:
         for i, truth in enumerate(res["truth"]):
             onset = dt.datetime.fromisoformat(truth["onset"])
             evs = [e for e in res["events"] if e["matched"] and e["truth_index"] == i]
-            seen = sorted((((dt.datetime.fromisoformat(e["reported_hour"]) - onset).total_seconds() / 3600, e)
-                           for e in evs if e["reported_hour"]), key=lambda x: x[0])
-            delay = seen[0][0] if seen else None
+            first_seen = min((((dt.datetime.fromisoformat(e["reported_hour"]) - onset).total_seconds() / 3600, e)
+                              for e in evs if e["reported_hour"]), key=lambda x: x[0], default=None)
+            delay = first_seen[0] if first_seen else None
             row = kinds.setdefault(truth["kind"], {"injections": 0, "within_3": 0, "within_6": 0, "found": 0, "incidents": [],
                                                    "other_incidents": None if mixed else 0})
-            if not mixed:
+            if not mixed:  # one injection per fleet: the fleet's extra incidents go to its kind once
                 row["other_incidents"] += res["incidents"]["unmatched"]
             row["injections"] += 1
             row["found"] += bool(evs)
@@ -271,7 +272,7 @@ def delays(results: list[dict], mixed: bool = False) -> dict:
             row["within_6"] += delay is not None and delay <= 5
             row["incidents"].append(res["incidents"]["per_injection"][i])
             if delay is None or delay > 2:
-                first = (seen[0][1] if seen else evs[0])["at_end"] if evs else None
+                first = (first_seen[1] if first_seen else evs[0])["at_end"] if evs else None
                 late.append({"kind": truth["kind"], "seed": res["seed"], "onset": truth["onset"], "delay_h": delay,
                              "first_event": {k: first[k] for k in ("series", "job", "kernel", "gpu_uuid", "onset", "magnitude_pct")}
                              if first else None})
