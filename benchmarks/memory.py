@@ -20,12 +20,18 @@ allocated blocks (``sys.getallocatedblocks``, cheap) so growth can be told apart
 native memory (CUPTI, glibc). ``--duty`` pins the traced fraction (the controller would otherwise
 go to full tracing, i.e. no cycles, when the budget allows it); ``--no-trim`` turns off the
 collector's ``malloc_trim`` after each detach. (``tracemalloc`` was tried on the H200 and dropped:
-it slowed the loop 2x and its own bookkeeping dominated the RSS.)
+it slowed the loop 2x and its own bookkeeping dominated the RSS.) ``--census`` instead counts the
+garbage-collected objects by type twice, at 20 % of the run and at its end, and reports the types
+that grew most (``census_growth``): two passes over ``gc.get_objects()``, cheap enough to leave the
+loop's timing alone, and it names what a growth in allocator blocks is made of when those objects
+are containers (strings, bytes and numbers are not tracked by the collector and do not show).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import gc
 import json
 import statistics
 import tempfile
@@ -101,7 +107,22 @@ def day_volume(root: Path, tmp: Path) -> dict:
     return out
 
 
-def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | None = None) -> dict:
+def type_census() -> collections.Counter:
+    """Garbage-collected objects by ``module.qualname`` of their type, and their total under ``"*"``."""
+    objs = gc.get_objects()
+    out = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objs)
+    out["*"] = len(objs)
+    return out
+
+
+def census_growth(before: collections.Counter, after: collections.Counter, top: int = 15) -> list[tuple[str, int]]:
+    """The ``top`` types whose object count grew most from ``before`` to ``after`` (growth > 0 only)."""
+    grew = [(k, after[k] - before.get(k, 0)) for k in after]
+    return sorted((g for g in grew if g[1] > 0), key=lambda g: (-g[1], g[0]))[:top]
+
+
+def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | None = None,
+            census: bool = False) -> dict:
     import sys
 
     root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
@@ -126,6 +147,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
     samples: list[tuple[float, float]] = []
     blocks: list[tuple[float, float]] = []  # (t, Python allocator blocks in thousands)
     sigs: list[int] = []
+    censuses: list[collections.Counter] = []
     stop = threading.Event()
     t0 = time.monotonic()
 
@@ -135,18 +157,24 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
             blocks.append((samples[-1][0], sys.getallocatedblocks() / 1e3))
             if session is not None:
                 sigs.append(session.agg.signatures())
+            if census and not censuses and samples[-1][0] >= 0.2 * seconds:
+                censuses.append(type_census())
 
     th = threading.Thread(target=sampler, daemon=True)
     th.start()
     steps = train(seconds)
     stop.set()
     th.join()
+    if censuses:  # the second census before the collector stops (stopping frees its objects)
+        result_census = census_growth(censuses[0], type_census())
     result = {"collector": collect, "seconds": seconds, "steps": steps, "rss_start_mib": rss0,
               "rss_end_mib": samples[-1][1] if samples else None, "rss_samples": samples}
     tail = [p for p in samples if p[0] >= 0.2 * seconds]
     result["rss_slope_mib_per_min"] = _slope(tail)
     result["rss_growth_after_warmup_mib"] = (tail[-1][1] - tail[0][1]) if tail else None
     result["py_blocks_k_per_min"] = _slope([p for p in blocks if p[0] >= 0.2 * seconds])
+    if censuses:
+        result["census_growth"] = result_census  # from 20 % of the run to its end; "*" = all tracked objects
     if session is not None:
         # a log entry is a detach/attach cycle only if the on-phase paused (cycle_s > 0)
         on_t = [d[0] for d in session.duty_log if d[5] > 0 and d[0] - wall0 >= 0.2 * seconds]
@@ -228,6 +256,7 @@ def main() -> None:
     m.add_argument("--no-collector", action="store_true")
     m.add_argument("--no-trim", action="store_true", help="no malloc_trim after each detach")
     m.add_argument("--duty", type=float, help="pin the traced fraction (benchmark only), so every period cycles")
+    m.add_argument("--census", action="store_true", help="count tracked objects by type at 20 %% and at the end")
     m.add_argument("--json")
     c = sub.add_parser("cycles")
     c.add_argument("--cycles", type=int, default=60)
@@ -238,7 +267,7 @@ def main() -> None:
     if a.cmd == "train":
         print(f"steps {train(a.seconds, log_every=200)}")
         return
-    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, duty=a.duty)
+    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, duty=a.duty, census=a.census)
     print(json.dumps({k: v for k, v in res.items() if k != "rss_samples"}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))

@@ -51,3 +51,13 @@ def test_real_capture_thirty_seconds_is_sampling_noise():
 def test_no_shards_is_an_error(tmp_path):
     with pytest.raises(SystemExit, match="no kernel shards"):
         wander.load_windows(tmp_path, 50)
+
+
+def test_real_capture_eight_minutes_correlated_windows_little_wander():
+    """The 8-minute LM capture of 2026-12-04 (docs/detection.md): window means spread more than the
+    launches predict (ratio > 1.5 at 10 s), and the excess shrinks with the block instead of growing."""
+    root = ROOT / "tests" / "data" / "cupti" / "bench" / "session_20261204c" / "wander_shards"
+    rows = {r["windows_per_block"]: r for r in wander.summarize(wander.load_windows(root, 50))["by_block"]}
+    assert rows[1]["series"] == 72
+    assert rows[1]["ratio_median"] > 1.5
+    assert rows[12]["excess_pct_median"] < 0.5 * rows[1]["excess_pct_median"]

@@ -1,0 +1,38 @@
+"""benchmarks/memory.py --census: the type census names what grew between two counts."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # memory.py imports its sibling gpu_workloads, as a script does
+_spec = importlib.util.spec_from_file_location("memory_bench", ROOT / "benchmarks" / "memory.py")
+memory = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(memory)
+
+
+class _Kept:
+    def __init__(self):
+        self.payload = {"k": [1, 2]}
+
+
+def test_census_names_the_type_that_was_kept():
+    before = memory.type_census()
+    kept = [_Kept() for _ in range(3000)]
+    after = memory.type_census()
+    grew = dict(memory.census_growth(before, after))
+    name = f"{_Kept.__module__}.{_Kept.__qualname__}"
+    assert grew[name] == 3000
+    # each one's payload dict and list (a few unrelated ones may be freed between the counts)
+    assert grew["builtins.dict"] >= 2900 and grew["builtins.list"] >= 2900
+    assert grew["*"] >= 8800
+    assert len(kept) == 3000
+
+
+def test_census_growth_keeps_only_growth_in_order():
+    import collections
+
+    before = collections.Counter({"a": 5, "b": 10, "c": 1})
+    after = collections.Counter({"a": 5, "b": 4, "c": 40, "d": 7})
+    assert memory.census_growth(before, after) == [("c", 39), ("d", 7)]
+    assert memory.census_growth(before, after, top=1) == [("c", 39)]
