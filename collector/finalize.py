@@ -58,7 +58,10 @@ detach into a fallback). Order and locking:
   call, so a failing ``cuptiFinalize`` keeps it; the failure itself goes to ``errors``, as on the
   timeout path). Never a crash, never an attach left open.
 
-Counters: ``summary()`` (printed by benchmarks/memory.py and benchmarks/overhead.py). The CUPTI
+Counters: ``summary()`` (printed by benchmarks/memory.py and benchmarks/overhead.py). A failure
+that raises is counted by the session in ``health``; one the finalize survives (a failed
+unsubscribe, a callback that failed before its finalize, a finalize failing under Ctrl-C) is
+handed to ``CuptiTracer.detach`` by ``take_unraised()`` and counted there, so none is silent. The CUPTI
 parts are checked on CPU with a stand-in ``cupti`` module (tests/collector/test_finalize.py).
 """
 
@@ -109,6 +112,7 @@ class DetachFinalizer:
         self.errors = 0  # failed cuptiUnsubscribe calls (the finalize still ran), failed callbacks, failed finalizes
         self.last_fallback: str | None = None
         self.last_error: str | None = None
+        self._unraised: list[str] = []  # failures the finalize survived, for the window's health (take_unraised)
         self._lock = threading.Lock()
         self._state = _IDLE
         self._gen = 0
@@ -121,6 +125,18 @@ class DetachFinalizer:
         return {"mode": self.mode, "in_thread": self.in_thread, "in_callback": self.in_callback,
                 "by_timeout": self.by_timeout, "fallback": self.fallback, "errors": self.errors,
                 "last_fallback": self.last_fallback, "last_error": self.last_error}
+
+    def take_unraised(self) -> list[str]:
+        """The failures since the last call that raised nothing (a failed ``cuptiUnsubscribe``, a callback
+        that failed before its finalize, a finalize that failed under Ctrl-C): ``CuptiTracer.detach``
+        puts each in the window's ``health`` as a collector error, so none is only in ``summary()``."""
+        with self._lock:
+            out, self._unraised = self._unraised, []
+        return out
+
+    def _note_unraised(self, what: str) -> None:
+        with self._lock:
+            self._unraised.append(what)
 
     def finalize(self) -> str:
         """``cuptiFinalize`` for a detach whose forced flush is done (collector's thread); returns
@@ -169,14 +185,15 @@ class DetachFinalizer:
                 self.last_fallback = f"interrupted: {_why(exc)}"
                 try:
                     self._finalize_here(cupti, handle, "finalize after an interrupt")
-                except BaseException:
-                    pass  # counted in errors; the interrupt is what propagates
+                except BaseException:  # the interrupt is what propagates; this failure goes to health
+                    self._note_unraised(self.last_error or "finalize after an interrupt failed")
             raise
         with self._lock:
             if self._round is rnd:
                 self._state = _IDLE
         if rnd.failed is not None:
             if not rnd.started:  # the callback failed before its cuptiFinalize: finalize here
+                self._note_unraised(f"API callback: {_why(rnd.failed)}")
                 return self._fall_back(cupti, f"callback failed before finalize: {_why(rnd.failed)}", handle)
             raise rnd.failed
         return "callback"
@@ -219,6 +236,7 @@ class DetachFinalizer:
         except Exception as exc:
             self.errors += 1
             self.last_error = f"unsubscribe: {_why(exc)}"
+            self._note_unraised(self.last_error)
 
     def _claim(self, rnd: "_Round") -> bool:
         """Collector's thread: take this round from ENABLING/ARMED to CLAIMED (False: a callback has it)."""

@@ -213,7 +213,11 @@ class CuptiTracer:
             cupti.activity_flush_all(1)
         finally:
             with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
-                self.finalizer.finalize()
+                try:
+                    self.finalizer.finalize()
+                finally:  # failures it survived (or that an interrupt masks) count in this window's health
+                    for what in self.finalizer.take_unraised():
+                        self.agg.note_health(time.time(), error=f"finalize: {what}")
                 self.attached = False
                 self.enabled = False
             self.trims += trim_heap()

@@ -59,6 +59,10 @@ SCRIPT = textwrap.dedent("""
     timeout_s = 0.003 if scenario == "race" else 0.2
     t = CuptiTracer(Aggregator(window_s=60), finalizer=DetachFinalizer(timeout_s=timeout_s))
     cupti.state["refuse_subscribe"] = scenario == "refused"
+    if scenario == "unsubscribe_fails":
+        def unsubscribe(h):
+            raise cupti.cuptiError(42)
+        cupti.unsubscribe = unsubscribe
     stop = threading.Event()
 
     def app():  # the application thread: CUDA calls every 0.5 ms (race: at random 0-6 ms gaps)
@@ -105,7 +109,8 @@ SCRIPT = textwrap.dedent("""
     if app_thread.ident is not None:
         app_thread.join(10)
     out.update(finalized_on=cupti.finalized_on, finalized_at=cupti.finalized_at, overlaps=cupti.state["overlaps"],
-               summary=t.finalizer.summary(), attached=t.attached, subscriber_left=cupti.state["subscriber"] is not None)
+               summary=t.finalizer.summary(), attached=t.attached, subscriber_left=cupti.state["subscriber"] is not None,
+               health_errors=[[w.errors, w.last_error] for w in t.agg.take_all() if w.errors])
     print(json.dumps(out))
 """)
 
@@ -183,6 +188,13 @@ def test_an_exit_just_after_the_timeout_is_finalized_by_its_callback_alone(tmp_p
     out = run(tmp_path, "late")
     assert out["how"] == ["callback"] * 3 and out["finalized_on"] == ["app"] * 3
     assert out["summary"]["in_callback"] == 3 and out["summary"]["by_timeout"] == 0 and out["overlaps"] == 0
+
+
+def test_a_failed_unsubscribe_is_an_error_in_the_windows_health(tmp_path):
+    out = run(tmp_path, "unsubscribe_fails")
+    assert out["summary"]["errors"] == 3 and len(out["finalized_on"]) == 3  # each finalize still ran
+    assert sum(n for n, _ in out["health_errors"]) == 3
+    assert all("finalize: unsubscribe" in why and "status 42" in why for _, why in out["health_errors"])
 
 
 def test_a_bad_value_stops_the_tracer_before_it_attaches(tmp_path):
@@ -278,3 +290,42 @@ def test_a_failing_finalize_is_counted_with_its_reason(fake_cupti):
     s = f.summary()
     assert s["fallback"] == 1 and "subscribe" in s["last_fallback"]
     assert s["by_timeout"] == 1 and s["errors"] == 2 and "status 99" in s["last_error"]
+
+
+def test_a_failure_the_finalize_survives_is_handed_on_once(fake_cupti):
+    """A failed cuptiUnsubscribe: the finalize still runs (it ends every subscription), the failure
+    is counted and handed to the tracer once for the window's health, never only in summary()."""
+    def broken(h):
+        raise fake_cupti.cuptiError(42)
+    fake_cupti.unsubscribe = broken
+    f = DetachFinalizer("callback", timeout_s=0.01)
+    assert f.finalize() == "timeout"  # idle: the collector's thread unsubscribes (fails) and finalizes
+    assert fake_cupti.calls[-1] == "finalize"
+    unraised = f.take_unraised()
+    assert len(unraised) == 1 and "unsubscribe" in unraised[0] and "status 42" in unraised[0]
+    assert f.take_unraised() == []
+    assert f.summary()["errors"] == 1
+
+
+def test_a_callback_failing_before_its_finalize_is_handed_on(fake_cupti):
+    """The API callback fails before cuptiFinalize (a BaseException out of its unsubscribe, which
+    ``_unsubscribe`` does not survive): the collector's thread finalizes (fallback), and the
+    callback's failure reaches health through take_unraised."""
+    def unsubscribe(h):
+        if threading.current_thread().name == "app":
+            raise KeyboardInterrupt("in the callback")
+    fake_cupti.unsubscribe = unsubscribe
+    f = DetachFinalizer("callback", timeout_s=2.0)
+
+    def app_calls():
+        for _ in range(200):
+            fake_cupti.api_call()
+            time.sleep(0.001)
+    app = threading.Thread(target=app_calls, name="app")
+    app.start()
+    how = f.finalize()
+    app.join(5)
+    assert how == "fallback" and f.summary()["fallback"] == 1
+    assert fake_cupti.finalized_on == [threading.current_thread().name]  # the fallback, on the collector's thread
+    unraised = f.take_unraised()
+    assert len(unraised) == 1 and "API callback" in unraised[0] and "KeyboardInterrupt" in unraised[0]
