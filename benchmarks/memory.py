@@ -108,7 +108,9 @@ def day_volume(root: Path, tmp: Path) -> dict:
 
 
 def type_census() -> collections.Counter:
-    """Garbage-collected objects by ``module.qualname`` of their type, and their total under ``"*"``."""
+    """Reachable garbage-collected objects by ``module.qualname`` of their type (a collection first, so
+    garbage waiting for the collector is not counted), and their total under ``"*"``."""
+    gc.collect()
     objs = gc.get_objects()
     out = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objs)
     out["*"] = len(objs)

@@ -1,0 +1,191 @@
+"""Collector overhead measured inside one process: untraced, traced, untraced again (issue 10).
+
+Why: ``benchmarks/overhead.py`` runs each mode in its own process, and on the launch-bound loop the
+untraced time per step itself moves by up to 24 % from one process to the next (docs/benchmarks.md
+§5, §8; pinning to 8 cores did not help). With the collector tracing 0.7 % of the time, that spread
+is the whole interval: 20 reps give 0.96–1.07. Here every process is its own baseline:
+
+  A1  untraced, ``--seconds`` timed (after ``--warmup`` untimed: CUDA and the workload warm up)
+  B   the mode under test: ``cudawatch`` (``collector.start`` with default settings) or ``profiler``
+      (torch.profiler, CUDA activities), started after A1, ``--warmup`` untimed (the duty-cycle
+      controller settles), then ``--seconds`` timed, then stopped (``collector.stop`` / profiler exit)
+  A2  untraced again, ``--seconds`` timed
+
+Per process, ``ratio = B / mean(A1, A2)`` (a linear drift over the process cancels) and
+``after_stop = A2 / A1`` (what stays after the stop — CUPTI's launch path after ``cuptiFinalize`` —
+plus drift). Modes alternate over processes; both modes run under the same rules. The summary gives
+per workload and mode the median ratio with a bootstrap 95 % interval over processes, and the
+median ``after_stop``. An ``after_stop`` above 1 means A2 is not a clean baseline: then ``B / A1``
+(also reported) is the comparison to read, with drift not cancelled.
+
+  python benchmarks/overhead_paired.py run --reps 8 --modes cudawatch,profiler --workloads launch \\
+      --seconds 30 --warmup 3 --json paired.json
+  python benchmarks/overhead_paired.py summarize paired.json [more.json ...]
+  python benchmarks/overhead_paired.py worker --mode cudawatch --workloads launch   (one process, JSON)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import overhead  # benchmarks/, the script's folder: the same workloads and timing loop
+
+MODES = ("cudawatch", "profiler")
+
+
+def _start(mode: str):
+    """Start the mode under test; returns a function that stops it and returns its counters."""
+    if mode == "cudawatch":
+        import collector
+
+        session = collector.start(job="overhead-paired", out=tempfile.mkdtemp(prefix="cw-paired-"))
+        if not session.active:
+            raise SystemExit(f"collector did not start: {session.reason}")
+
+        def stop() -> dict:
+            log = list(session.duty_log)
+            collector.stop()
+            return {"duty_mean": statistics.fmean(d[1] for d in log) if log else None,
+                    "records": session.agg.records_total, "invalid_zero_ts": session.agg.invalid_zero_ts,
+                    "errors": session.errors, "finalize": session.tracer.finalizer.summary()}
+        return stop
+    import torch
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    prof.__enter__()
+
+    def stop() -> dict:
+        prof.__exit__(None, None, None)
+        return {}
+    return stop
+
+
+def worker(mode: str, workloads: list[str], seconds: float, warmup_s: float) -> dict:
+    if mode not in MODES:
+        raise SystemExit(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    import torch
+
+    torch.cuda.init()
+    out = {"mode": mode, "results": {}}
+    steps = {w: overhead._workload(w)[0] for w in workloads}
+    for w, step in steps.items():
+        a1, n1 = overhead._time(step, seconds, warmup_s)
+        stop = _start(mode)
+        try:
+            b, nb = overhead._time(step, seconds, warmup_s)
+        finally:
+            counters = stop()
+        a2, n2 = overhead._time(step, seconds, 0.0)
+        out["results"][w] = {"a1_s_per_step": a1, "b_s_per_step": b, "a2_s_per_step": a2,
+                             "steps": [n1, nb, n2], "seconds": seconds, "warmup_s": warmup_s, **counters}
+    return out
+
+
+def per_process(r: dict) -> dict:
+    """The within-process ratios of one worker's result for one workload."""
+    a1, b, a2 = r["a1_s_per_step"], r["b_s_per_step"], r["a2_s_per_step"]
+    return {"ratio": b / ((a1 + a2) / 2), "ratio_vs_a1": b / a1, "after_stop": a2 / a1}
+
+
+def _bootstrap_median(xs: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % interval of the median of ``xs`` (processes resampled with replacement)."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choice(xs) for _ in xs) for _ in range(draws))
+    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per workload and mode: median within-process ratio with its bootstrap 95 % interval, the same
+    against A1 only, the median after-stop ratio, and the spread of the untraced baseline (A1)."""
+    out: dict = {}
+    for mode in MODES:
+        for w in sorted({w for r in runs if r["mode"] == mode for w in r["results"]}):
+            rows = [per_process(r["results"][w]) for r in runs if r["mode"] == mode and w in r["results"]]
+            base = [r["results"][w]["a1_s_per_step"] * 1e3 for r in runs if r["mode"] == mode and w in r["results"]]
+            e = {"processes": len(rows), "ratio": statistics.median(x["ratio"] for x in rows),
+                 "ratio_vs_a1": statistics.median(x["ratio_vs_a1"] for x in rows),
+                 "after_stop": statistics.median(x["after_stop"] for x in rows),
+                 "a1_ms_min_max": [min(base), max(base)], "ratios": [x["ratio"] for x in rows]}
+            if len(rows) >= 2:
+                e["ci95"] = _bootstrap_median([x["ratio"] for x in rows])
+                e["ci95_vs_a1"] = _bootstrap_median([x["ratio_vs_a1"] for x in rows])
+            out.setdefault(w, {})[mode] = e
+    return out
+
+
+def markdown(summary: dict) -> str:
+    lines = ["| workload | mode | processes | B / mean(A1, A2), median (95 % CI) | B / A1 (95 % CI) | A2 / A1 | untraced ms per step, min–max |",
+             "|---|---|---|---|---|---|---|"]
+    for w, per in summary.items():
+        for mode, e in per.items():
+            ci = f" ({e['ci95'][0]:.3f}–{e['ci95'][1]:.3f})" if "ci95" in e else ""
+            ci1 = f" ({e['ci95_vs_a1'][0]:.3f}–{e['ci95_vs_a1'][1]:.3f})" if "ci95_vs_a1" in e else ""
+            lo, hi = e["a1_ms_min_max"]
+            lines.append(f"| {w} | {mode} | {e['processes']} | {e['ratio']:.3f}{ci} | {e['ratio_vs_a1']:.3f}{ci1} | "
+                         f"{e['after_stop']:.3f} | {lo:.3f}–{hi:.3f} |")
+    return "\n".join(lines)
+
+
+def run(reps: int, modes: list[str], workloads: list[str], seconds: float, warmup_s: float, checkpoint: str | None) -> dict:
+    """``reps`` processes per mode, modes alternating; finished processes are kept in ``checkpoint``."""
+    runs = []
+    for rep in range(reps):
+        for mode in modes[rep % len(modes):] + modes[: rep % len(modes)]:
+            cmd = [sys.executable, __file__, "worker", "--mode", mode, "--workloads", ",".join(workloads),
+                   "--seconds", str(seconds), "--warmup", str(warmup_s)]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+            if p.returncode != 0:
+                print(p.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"worker {mode} failed with {p.returncode}")
+            res = json.loads(p.stdout.strip().splitlines()[-1])
+            res["rep"] = rep
+            runs.append(res)
+            if checkpoint:
+                with open(checkpoint, "w") as fh:
+                    json.dump({"runs": runs}, fh)
+            print(f"rep {rep} {mode}: " + ", ".join(f"{w} {per_process(r)['ratio']:.3f} (A2/A1 {per_process(r)['after_stop']:.3f})"
+                                                   for w, r in res["results"].items()), file=sys.stderr, flush=True)
+    return {"runs": runs, "summary": summarize(runs), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("worker", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("--workloads", default="launch")
+        p.add_argument("--seconds", type=float, default=30.0)
+        p.add_argument("--warmup", type=float, default=3.0)
+        if name == "worker":
+            p.add_argument("--mode", required=True)
+        else:
+            p.add_argument("--reps", type=int, default=8)
+            p.add_argument("--modes", default=",".join(MODES))
+            p.add_argument("--json")
+    sm = sub.add_parser("summarize")
+    sm.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    if a.cmd == "worker":
+        print(json.dumps(worker(a.mode, a.workloads.split(","), a.seconds, a.warmup)))
+    elif a.cmd == "run":
+        res = run(a.reps, a.modes.split(","), a.workloads.split(","), a.seconds, a.warmup,
+                  a.json + ".partial" if a.json else None)
+        print(markdown(res["summary"]))
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump(res, fh, indent=1)
+    else:
+        runs = [r for f in a.files for r in json.load(open(f))["runs"]]
+        print(markdown(summarize(runs)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""benchmarks/overhead_paired.py: the within-process design cancels a baseline that moves between
+processes, and says when the process is not back to its baseline after the stop."""
+
+import importlib.util
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its siblings (overhead, gpu_workloads)
+_spec = importlib.util.spec_from_file_location("overhead_paired", ROOT / "benchmarks" / "overhead_paired.py")
+paired = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(paired)
+
+
+def _runs(true_ratio: float, after_stop: float, n: int, seed: int, mode: str = "cudawatch") -> list[dict]:
+    """Processes whose untraced baseline moves +-20 % between them, with 0.3 % noise inside one."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        base = 1e-3 * rng.uniform(0.8, 1.2)
+        noise = lambda: 1 + rng.gauss(0, 0.003)  # noqa: E731
+        out.append({"mode": mode, "rep": i, "results": {"launch": {
+            "a1_s_per_step": base * noise(), "b_s_per_step": base * true_ratio * noise(),
+            "a2_s_per_step": base * after_stop * noise()}}})
+    return out
+
+
+def test_a_baseline_moving_between_processes_cancels_inside_each():
+    s = paired.summarize(_runs(1.02, 1.0, 12, seed=3))["launch"]["cudawatch"]
+    assert s["processes"] == 12
+    assert abs(s["ratio"] - 1.02) < 0.004
+    lo, hi = s["ci95"]
+    assert lo < 1.02 < hi and hi - lo < 0.01
+    # the same numbers compared across processes (B of one process against A1 of another) are far wider
+    runs = _runs(1.02, 1.0, 12, seed=3)
+    b = [r["results"]["launch"]["b_s_per_step"] for r in runs]
+    a = [r["results"]["launch"]["a1_s_per_step"] for r in runs[1:] + runs[:1]]
+    across = sorted(x / y for x, y in zip(b, a))
+    assert across[-1] - across[0] > 0.2
+
+
+def test_not_back_to_baseline_after_the_stop_shows_in_after_stop():
+    s = paired.summarize(_runs(1.02, 1.05, 10, seed=4))["launch"]["cudawatch"]
+    assert abs(s["after_stop"] - 1.05) < 0.005
+    assert abs(s["ratio_vs_a1"] - 1.02) < 0.005  # the comparison to read then
+    assert s["ratio"] < 1.0  # against mean(A1, A2) a residual cost hides the overhead
+
+
+def test_modes_are_summarized_apart_and_rendered():
+    s = paired.summarize(_runs(1.01, 1.0, 4, seed=5) + _runs(1.6, 1.0, 4, seed=6, mode="profiler"))
+    assert statistics.median(s["launch"]["profiler"]["ratios"]) > 1.5 > s["launch"]["cudawatch"]["ratio"]
+    md = paired.markdown(s)
+    assert "| launch | cudawatch | 4 |" in md and "| launch | profiler | 4 |" in md
+
+
+def test_an_unknown_mode_is_refused_before_any_gpu_work():
+    with pytest.raises(SystemExit, match="--mode must be one of"):
+        paired.worker("none", ["launch"], 1.0, 0.0)
