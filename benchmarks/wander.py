@@ -51,9 +51,9 @@ def load_windows(root: Path, min_launches: int) -> dict[tuple, np.ndarray]:
         "sum(launches)::DOUBLE, sum(total_ns)::DOUBLE, sum(sumsq_ns2) "
         "FROM read_parquet(?, union_by_name = true) GROUP BY ALL ORDER BY ALL", params=[files]).fetchall()
     series: dict[tuple, list] = {}
-    for *key, _, n, tot, ss in rows:
+    for *key, start, n, tot, ss in rows:
         if n >= min_launches and ss is not None:
-            series.setdefault(tuple(key), []).append((n, tot, ss))
+            series.setdefault(tuple(key), []).append((n, tot, ss, start.timestamp()))
     return {k: np.array(v) for k, v in series.items()}
 
 
@@ -63,7 +63,7 @@ def block_stats(w: np.ndarray, k: int) -> tuple[float, float, float] | None:
     nb = len(w) // k
     if nb < MIN_BLOCKS:
         return None
-    b = w[: nb * k].reshape(nb, k, 3).sum(axis=1)
+    b = w[: nb * k, :3].reshape(nb, k, 3).sum(axis=1)
     n, tot, ss = b[:, 0], b[:, 1], b[:, 2]
     mean = tot / n
     var_launch = np.maximum(ss / n - mean**2, 0.0)
@@ -92,19 +92,52 @@ def summarize(series: dict[tuple, np.ndarray]) -> dict:
     return out
 
 
+def common_mode(series: dict[tuple, np.ndarray], shuffles: int = 200, seed: int = 0) -> dict | None:
+    """Do a capture's kernels move together from window to window? Over the series present in every
+    inner window (the first and last, partial, left out), the pairwise correlation of their window
+    log-means, and the share of the standardized variance in the first principal component against
+    the same with each series' windows shuffled (what independent series give). None without
+    window starts (column 3) or with fewer than 3 such series."""
+    if not series or next(iter(series.values())).shape[1] < 4:
+        return None
+    starts = sorted({s for w in series.values() for s in w[:, 3]})[1:-1]
+    full = [w for w in series.values() if set(starts) <= set(w[:, 3])]
+    if len(full) < 3 or len(starts) < 3:
+        return None
+    d = np.array([np.log(w[np.isin(w[:, 3], starts), 1] / w[np.isin(w[:, 3], starts), 0]) for w in full])
+    d = (d - d.mean(axis=1, keepdims=True)) / d.std(axis=1, keepdims=True)
+    corr = np.corrcoef(d)[np.triu_indices(len(full), 1)]
+
+    def pc1(x: np.ndarray) -> float:
+        s = np.linalg.svd(x, compute_uv=False)
+        return float(s[0] ** 2 / np.sum(s**2))
+    rng = np.random.default_rng(seed)
+    null = [pc1(np.array([rng.permutation(r) for r in d])) for _ in range(shuffles)]
+    return {"series": len(full), "windows": len(starts), "corr_median": round(float(np.median(corr)), 3),
+            "corr_q1": round(float(np.percentile(corr, 25)), 3), "corr_q3": round(float(np.percentile(corr, 75)), 3),
+            "pc1_share": round(pc1(d), 3), "pc1_share_shuffled_p95": round(float(np.percentile(null, 95)), 3)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, help="shard root (holds kernels/) or a folder of kernel shards")
     ap.add_argument("--min-launches", type=int, default=50, help="windows with fewer launches are left out")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
-    res = summarize(load_windows(a.root, a.min_launches))
+    series = load_windows(a.root, a.min_launches)
+    res = summarize(series)
+    res["common_mode"] = common_mode(series)
     print(f"{res['series']} series; ratio = observed / sampling-predicted variance of block means")
     print("| windows per block | series | ratio median (q1–q3) | excess sd % of mean, median / q3 |")
     print("|---|---|---|---|")
     for r in res["by_block"]:
         print(f"| {r['windows_per_block']} | {r['series']} | {r['ratio_median']} ({r['ratio_q1']}–{r['ratio_q3']}) | "
               f"{r['excess_pct_median']} / {r['excess_pct_q3']} |")
+    if res["common_mode"]:
+        c = res["common_mode"]
+        print(f"common mode over {c['series']} series in all {c['windows']} inner windows: pairwise correlation median "
+              f"{c['corr_median']} (q1 {c['corr_q1']}, q3 {c['corr_q3']}); first principal component {c['pc1_share']:.0%} "
+              f"of the variance (shuffled windows, 95th percentile: {c['pc1_share_shuffled_p95']:.0%})")
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
     return 0

@@ -61,3 +61,30 @@ def test_real_capture_eight_minutes_correlated_windows_little_wander():
     assert rows[1]["series"] == 72
     assert rows[1]["ratio_median"] > 1.5
     assert rows[12]["excess_pct_median"] < 0.5 * rows[1]["excess_pct_median"]
+
+
+def _timed(series: dict) -> dict:
+    """Window starts as column 3 (10-s windows), as load_windows returns them."""
+    return {k: np.column_stack([w, 10.0 * np.arange(len(w))]) for k, w in series.items()}
+
+
+def test_common_mode_tells_kernels_moving_together_from_independent_ones():
+    rng = np.random.default_rng(9)
+    shared = np.exp(rng.normal(0, 0.01, 40))  # one level for all series: every window moves them together
+    together = _timed({(i,): _windows(10_000.0 * shared, 400, 50.0, rng) for i in range(12)})
+    apart = _timed({(i,): _windows(10_000.0 * np.exp(rng.normal(0, 0.01, 40)), 400, 50.0, rng) for i in range(12)})
+    t, a = wander.common_mode(together), wander.common_mode(apart)
+    assert t["series"] == 12 and t["windows"] == 38
+    assert t["corr_median"] > 0.8 and t["pc1_share"] > 0.8
+    assert abs(a["corr_median"]) < 0.2 and a["pc1_share"] < 2 * a["pc1_share_shuffled_p95"]
+    assert wander.common_mode({(0,): np.ones((5, 3))}) is None  # no window starts: nothing to align
+
+
+def test_real_capture_kernels_move_nearly_independently():
+    """The 8-minute LM capture: one job's kernels barely move together window to window (pairwise
+    correlation ~0), with a small common part above what shuffled windows give."""
+    root = ROOT / "tests" / "data" / "cupti" / "bench" / "session_20261204c" / "wander_shards"
+    c = wander.common_mode(wander.load_windows(root, 50))
+    assert c["series"] == 72 and c["windows"] == 47
+    assert abs(c["corr_median"]) < 0.1
+    assert c["pc1_share_shuffled_p95"] < c["pc1_share"] < 0.3
