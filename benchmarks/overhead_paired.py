@@ -11,22 +11,26 @@ is the whole interval: 20 reps give 0.96–1.07. Here every process is its own b
       controller settles), then ``--seconds`` timed, then stopped (``collector.stop`` / profiler exit)
   A2  untraced again, ``--seconds`` timed
 
-Per process, ``ratio = B / mean(A1, A2)`` (a linear drift over the process cancels) and
+Per process, ``ratio = B / baseline``, the baseline interpolated between A1 and A2 at B's midpoint
+in time (a linear drift over the process cancels, even when the stop takes long) and
 ``after_stop = A2 / A1`` (what stays after the stop — CUPTI's launch path after ``cuptiFinalize`` —
 plus drift). Modes alternate over processes; both modes run under the same rules. The summary gives
 per workload and mode the median ratio with a bootstrap 95 % interval over processes, and the
 median ``after_stop``. An ``after_stop`` above 1 means A2 is not a clean baseline: then ``B / A1``
-(also reported) is the comparison to read, with drift not cancelled.
+(also reported) is the comparison to read, with drift not cancelled. One workload per process: a
+second one's A1 would run after CUPTI had been attached and finalized once. With 4–8 processes the
+percentile bootstrap of a median covers somewhat less than 95 %.
 
-  python benchmarks/overhead_paired.py run --reps 8 --modes cudawatch,profiler --workloads launch \\
+  python benchmarks/overhead_paired.py run --reps 8 --modes cudawatch,profiler --workload launch \\
       --seconds 30 --warmup 3 --json paired.json
   python benchmarks/overhead_paired.py summarize paired.json [more.json ...]
-  python benchmarks/overhead_paired.py worker --mode cudawatch --workloads launch   (one process, JSON)
+  python benchmarks/overhead_paired.py worker --mode cudawatch --workload launch    (one process, JSON)
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -68,31 +72,39 @@ def _start(mode: str):
     return stop
 
 
-def worker(mode: str, workloads: list[str], seconds: float, warmup_s: float) -> dict:
+def _phase(step, seconds: float, warmup_s: float) -> tuple[float, int, float]:
+    """(seconds per step, steps, midpoint of the timed part on perf_counter), after a collection."""
+    gc.collect()
+    t_step, n = overhead._time(step, seconds, warmup_s)
+    return t_step, n, time.perf_counter() - t_step * n / 2
+
+
+def worker(mode: str, workload: str, seconds: float, warmup_s: float) -> dict:
     if mode not in MODES:
         raise SystemExit(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     import torch
 
     torch.cuda.init()
-    out = {"mode": mode, "results": {}}
-    steps = {w: overhead._workload(w)[0] for w in workloads}
-    for w, step in steps.items():
-        a1, n1 = overhead._time(step, seconds, warmup_s)
-        stop = _start(mode)
-        try:
-            b, nb = overhead._time(step, seconds, warmup_s)
-        finally:
-            counters = stop()
-        a2, n2 = overhead._time(step, seconds, 0.0)
-        out["results"][w] = {"a1_s_per_step": a1, "b_s_per_step": b, "a2_s_per_step": a2,
-                             "steps": [n1, nb, n2], "seconds": seconds, "warmup_s": warmup_s, **counters}
-    return out
+    step = overhead._workload(workload)[0]
+    a1, n1, m1 = _phase(step, seconds, warmup_s)
+    stop = _start(mode)
+    try:
+        b, nb, mb = _phase(step, seconds, warmup_s)
+    finally:
+        counters = stop()
+        del stop  # the profiler's parsed events are not kept alive through A2
+    a2, n2, m2 = _phase(step, seconds, 0.0)
+    return {"mode": mode, "results": {workload: {
+        "a1_s_per_step": a1, "b_s_per_step": b, "a2_s_per_step": a2, "steps": [n1, nb, n2],
+        "b_position": (mb - m1) / (m2 - m1), "seconds": seconds, "warmup_s": warmup_s, **counters}}}
 
 
 def per_process(r: dict) -> dict:
-    """The within-process ratios of one worker's result for one workload."""
+    """The within-process ratios of one worker's result for one workload: B against the baseline
+    interpolated at B's position between the A1 and A2 midpoints (0.5 when no position is recorded)."""
     a1, b, a2 = r["a1_s_per_step"], r["b_s_per_step"], r["a2_s_per_step"]
-    return {"ratio": b / ((a1 + a2) / 2), "ratio_vs_a1": b / a1, "after_stop": a2 / a1}
+    x = r.get("b_position", 0.5)
+    return {"ratio": b / (a1 + (a2 - a1) * x), "ratio_vs_a1": b / a1, "after_stop": a2 / a1}
 
 
 def _bootstrap_median(xs: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -122,7 +134,7 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| workload | mode | processes | B / mean(A1, A2), median (95 % CI) | B / A1 (95 % CI) | A2 / A1 | untraced ms per step, min–max |",
+    lines = ["| workload | mode | processes | B / baseline at B (A1..A2), median (95 % CI) | B / A1 (95 % CI) | A2 / A1 | untraced ms per step, min–max |",
              "|---|---|---|---|---|---|---|"]
     for w, per in summary.items():
         for mode, e in per.items():
@@ -134,12 +146,12 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run(reps: int, modes: list[str], workloads: list[str], seconds: float, warmup_s: float, checkpoint: str | None) -> dict:
+def run(reps: int, modes: list[str], workload: str, seconds: float, warmup_s: float, checkpoint: str | None) -> dict:
     """``reps`` processes per mode, modes alternating; finished processes are kept in ``checkpoint``."""
     runs = []
     for rep in range(reps):
         for mode in modes[rep % len(modes):] + modes[: rep % len(modes)]:
-            cmd = [sys.executable, __file__, "worker", "--mode", mode, "--workloads", ",".join(workloads),
+            cmd = [sys.executable, __file__, "worker", "--mode", mode, "--workload", workload,
                    "--seconds", str(seconds), "--warmup", str(warmup_s)]
             p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
             if p.returncode != 0:
@@ -161,7 +173,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("worker", "run"):
         p = sub.add_parser(name)
-        p.add_argument("--workloads", default="launch")
+        p.add_argument("--workload", default="launch", choices=overhead.WORKLOADS)
         p.add_argument("--seconds", type=float, default=30.0)
         p.add_argument("--warmup", type=float, default=3.0)
         if name == "worker":
@@ -174,9 +186,9 @@ def main() -> None:
     sm.add_argument("files", nargs="+")
     a = ap.parse_args()
     if a.cmd == "worker":
-        print(json.dumps(worker(a.mode, a.workloads.split(","), a.seconds, a.warmup)))
+        print(json.dumps(worker(a.mode, a.workload, a.seconds, a.warmup)))
     elif a.cmd == "run":
-        res = run(a.reps, a.modes.split(","), a.workloads.split(","), a.seconds, a.warmup,
+        res = run(a.reps, a.modes.split(","), a.workload, a.seconds, a.warmup,
                   a.json + ".partial" if a.json else None)
         print(markdown(res["summary"]))
         if a.json:

@@ -26,6 +26,7 @@ what happens up to minutes, not hour to hour.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -38,8 +39,8 @@ MIN_BLOCKS = 3  # a variance across fewer block means says nothing
 
 
 def load_windows(root: Path, min_launches: int) -> dict[tuple, np.ndarray]:
-    """Series key -> array (windows, 3) of launches, total_ns, sumsq_ns2, in time order; only
-    windows with at least ``min_launches`` launches."""
+    """Series key -> array (windows, 4) of launches, total_ns, sumsq_ns2 and the window's start (unix
+    seconds), in time order; only windows with at least ``min_launches`` launches."""
     import duckdb
 
     files = sorted(str(p) for p in (root / "kernels").rglob("*.parquet")) if (root / "kernels").is_dir() \
@@ -94,26 +95,29 @@ def summarize(series: dict[tuple, np.ndarray]) -> dict:
 
 def common_mode(series: dict[tuple, np.ndarray], shuffles: int = 200, seed: int = 0) -> dict | None:
     """Do a capture's kernels move together from window to window? Over the series present in every
-    inner window (the first and last, partial, left out), the pairwise correlation of their window
+    common window (the window starts of at least 80 % of the series, the first and last of them,
+    partial, left out; series with no spread left out too), the pairwise correlation of their window
     log-means, and the share of the standardized variance in the first principal component against
     the same with each series' windows shuffled (what independent series give). None without
     window starts (column 3) or with fewer than 3 such series."""
     if not series or next(iter(series.values())).shape[1] < 4:
         return None
-    starts = sorted({s for w in series.values() for s in w[:, 3]})[1:-1]
+    seen = collections.Counter(s for w in series.values() for s in set(w[:, 3]))
+    starts = sorted(s for s, c in seen.items() if c >= 0.8 * len(series))[1:-1]
     full = [w for w in series.values() if set(starts) <= set(w[:, 3])]
-    if len(full) < 3 or len(starts) < 3:
+    d = np.array([np.log(w[np.isin(w[:, 3], starts), 1] / w[np.isin(w[:, 3], starts), 0]) for w in full]).reshape(len(full), -1)
+    d = d[d.std(axis=1) > 1e-12] if d.size else d
+    if d.shape[0] < 3 or d.shape[1] < 3:
         return None
-    d = np.array([np.log(w[np.isin(w[:, 3], starts), 1] / w[np.isin(w[:, 3], starts), 0]) for w in full])
     d = (d - d.mean(axis=1, keepdims=True)) / d.std(axis=1, keepdims=True)
-    corr = np.corrcoef(d)[np.triu_indices(len(full), 1)]
+    corr = np.corrcoef(d)[np.triu_indices(d.shape[0], 1)]
 
     def pc1(x: np.ndarray) -> float:
         s = np.linalg.svd(x, compute_uv=False)
         return float(s[0] ** 2 / np.sum(s**2))
     rng = np.random.default_rng(seed)
     null = [pc1(np.array([rng.permutation(r) for r in d])) for _ in range(shuffles)]
-    return {"series": len(full), "windows": len(starts), "corr_median": round(float(np.median(corr)), 3),
+    return {"series": d.shape[0], "windows": d.shape[1], "corr_median": round(float(np.median(corr)), 3),
             "corr_q1": round(float(np.percentile(corr, 25)), 3), "corr_q3": round(float(np.percentile(corr, 75)), 3),
             "pc1_share": round(pc1(d), 3), "pc1_share_shuffled_p95": round(float(np.percentile(null, 95)), 3)}
 

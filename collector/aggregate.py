@@ -102,6 +102,7 @@ class Aggregator:
         self._bufs: dict[tuple, array] = {}
         self.records_total = 0
         self.delivered_total = 0
+        self.valid_total = 0  # delivered kernel/copy records with usable timestamps (records_total adds OVERHEAD ones)
         self.invalid_zero_ts = 0
         self.invalid_order = 0
         self.callback_s = 0.0  # time spent in add_* by the tracer, filled by the tracer
@@ -184,6 +185,7 @@ class Aggregator:
         w.invalid_zero_ts += zero
         w.invalid_order += order
         self.delivered_total += delivered
+        self.valid_total += valid
         self.invalid_zero_ts += zero
         self.invalid_order += order
 

@@ -24,7 +24,7 @@ detach into a fallback). Order and locking:
   before the callback is armed, so no buffer-completed callback is pending when ``cuptiFinalize``
   runs inside the API callback.
 * The callback runs on an application thread, inside its CUDA call, holding the GIL. It never waits
-  for the collector's thread: it takes ``self._lock`` only for a state change (the collector holds
+  for the collector's thread: it takes ``self._lock`` only for a state change or to note a failure (the collector holds
   it for nothing else, never across a CUPTI call or a wait), and cupti-python releases the GIL
   around its CUPTI calls (seen in the 13.4 binary for ``cuptiFinalize``), so a buffer or API
   callback on another thread is not stuck behind it. Exactly one party finalizes: the state moves
@@ -61,7 +61,11 @@ detach into a fallback). Order and locking:
 Counters: ``summary()`` (printed by benchmarks/memory.py and benchmarks/overhead.py). A failure
 that raises is counted by the session in ``health``; one the finalize survives (a failed
 unsubscribe, a callback that failed before its finalize, a finalize failing under Ctrl-C) is
-handed to ``CuptiTracer.detach`` by ``take_unraised()`` and counted there, so none is silent. The CUPTI
+handed to ``CuptiTracer.detach`` by ``take_unraised()`` and counted there (the window's ``health``
+and ``collector_errors_total``). A finalize failing under Ctrl-C is noted too, but the interrupt
+then ends ``Session.stop`` before the last windows are written; a callback failure arriving after
+the collector gave up waiting (``STARTED_LIMIT_S``) is noted and counted at the next detach, if
+there is one. The CUPTI
 parts are checked on CPU with a stand-in ``cupti`` module (tests/collector/test_finalize.py).
 """
 
@@ -177,6 +181,10 @@ class DetachFinalizer:
                     return "timeout"
                 # a callback claimed it just now: its cuptiFinalize is under way
                 if not rnd.done.wait(STARTED_LIMIT_S):
+                    with self._lock:  # a failure of that callback from now on is noted, not raised
+                        rnd.abandoned, failed = True, rnd.failed
+                    if failed is not None:  # it failed just now, before it could wake this thread
+                        self._note_unraised(f"API callback: {_why(failed)}")
                     raise RuntimeError(
                         f"cuptiFinalize in an API-exit callback did not return within {STARTED_LIMIT_S:g} s")
         except BaseException as exc:  # Ctrl-C in the wait (Session.stop on the main thread): never leave it armed
@@ -222,7 +230,11 @@ class DetachFinalizer:
             self.errors += 1
             self.last_error = f"API callback: {_why(exc)}"
             if rnd is not None:
-                rnd.failed = exc
+                with self._lock:
+                    rnd.failed = exc
+                    late = rnd.abandoned  # the collector's thread no longer waits to raise it
+                if late:
+                    self._note_unraised(f"API callback after the collector stopped waiting: {_why(exc)}")
         finally:
             if rnd is not None:
                 rnd.done.set()
@@ -275,10 +287,11 @@ class DetachFinalizer:
 class _Round:
     """One generation's subscription: the Event its callback sets and the slot for its failure."""
 
-    __slots__ = ("cupti", "handle", "done", "failed", "started")
+    __slots__ = ("cupti", "handle", "done", "failed", "started", "abandoned")
 
     def __init__(self, cupti, handle) -> None:
         self.cupti, self.handle = cupti, handle
         self.done = threading.Event()
         self.failed: BaseException | None = None
         self.started = False  # the callback has reached cuptiFinalize
+        self.abandoned = False  # the collector's thread stopped waiting for it (STARTED_LIMIT_S)

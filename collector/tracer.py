@@ -89,6 +89,7 @@ class CuptiTracer:
         self.buffers_completed = 0
         self.attached = False
         self.enabled = False
+        self.finalize_errors = 0  # failures a detach survived, counted in health (DetachFinalizer.take_unraised)
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
@@ -215,11 +216,15 @@ class CuptiTracer:
             with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
                 try:
                     self.finalizer.finalize()
-                finally:  # failures it survived (or that an interrupt masks) count in this window's health
+                finally:
+                    # failures it survived (or that an interrupt masks) count in this window's health
                     for what in self.finalizer.take_unraised():
+                        self.finalize_errors += 1
                         self.agg.note_health(time.time(), error=f"finalize: {what}")
-                self.attached = False
-                self.enabled = False
+                    # even when it raised: a callback may still finalize later, and an attach must then
+                    # register the buffer callbacks again rather than enable kinds on a detached CUPTI
+                    self.attached = False
+                    self.enabled = False
             self.trims += trim_heap()
             # read after cuptiFinalize: every record of this attach has been delivered by then
             self.drain.note(self.agg.invalid_zero_ts - zero0, wait)

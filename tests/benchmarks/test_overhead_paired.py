@@ -59,4 +59,12 @@ def test_modes_are_summarized_apart_and_rendered():
 
 def test_an_unknown_mode_is_refused_before_any_gpu_work():
     with pytest.raises(SystemExit, match="--mode must be one of"):
-        paired.worker("none", ["launch"], 1.0, 0.0)
+        paired.worker("none", "launch", 1.0, 0.0)
+
+
+def test_the_baseline_is_read_where_b_ran_between_a1_and_a2():
+    """A baseline drifting from 1.0 to 1.1 ms over the process, B late in it (a long stop after B):
+    B is compared with the baseline at its own position, not with the mean of A1 and A2."""
+    r = {"a1_s_per_step": 1.0e-3, "a2_s_per_step": 1.1e-3, "b_s_per_step": 1.09e-3 * 1.02, "b_position": 0.9}
+    assert paired.per_process(r)["ratio"] == pytest.approx(1.02)
+    assert paired.per_process(dict(r, b_position=0.5))["ratio"] == pytest.approx(1.09 * 1.02 / 1.05)

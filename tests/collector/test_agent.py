@@ -128,7 +128,7 @@ def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_erro
     status.mkdir()
     (status / "h-7.json").write_text(json.dumps({
         "host": "h", "pid": 7, "job": "j", "ts": time.time(), "records_delivered_total": agg.delivered_total,
-        "records_valid_total": agg.records_total, "records_invalid_total": {"zero_timestamp": agg.invalid_zero_ts, "end_before_start": 0},
+        "records_valid_total": agg.valid_total, "records_invalid_total": {"zero_timestamp": agg.invalid_zero_ts, "end_before_start": 0},
         "dropped_records_total": 0, "collector_errors_total": 0, "window_quality": quality_of(w)}))
     agent = Agent(tmp_path, 1.0, sampler=None)
     port = agent.serve(0, "127.0.0.1")

@@ -63,6 +63,11 @@ SCRIPT = textwrap.dedent("""
         def unsubscribe(h):
             raise cupti.cuptiError(42)
         cupti.unsubscribe = unsubscribe
+    if scenario == "finalize_fails":  # the thread mode's cuptiFinalize fails: detach raises, the tracer is detached
+        def finalize():
+            raise cupti.cuptiError(7)
+        cupti.finalize = finalize
+        t.finalizer.mode = "thread"
     stop = threading.Event()
 
     def app():  # the application thread: CUDA calls every 0.5 ms (race: at random 0-6 ms gaps)
@@ -99,7 +104,10 @@ SCRIPT = textwrap.dedent("""
             t.attach()
             cupti.calls.clear()
             t0 = time.perf_counter()
-            t.detach()
+            try:
+                t.detach()
+            except cupti.cuptiError as exc:
+                out.setdefault("raised", []).append([exc.status, t.attached, t.enabled])
             out["detach_s"].append(time.perf_counter() - t0)
             out["calls"].append(list(cupti.calls))
     c = threading.Thread(target=collector, name="collector")
@@ -148,6 +156,16 @@ def test_the_first_api_exit_on_an_application_thread_finalizes_once(tmp_path):
         assert calls.count("enable_domain") == 1  # DRIVER_API only
     assert max(out["detach_s"]) < DEFAULT_TIMEOUT_S
     assert not out["attached"] and not out["subscriber_left"]
+    assert out["health_errors"] == []  # nothing failed: nothing in health
+
+
+def test_a_failing_finalize_raises_and_leaves_the_tracer_detached(tmp_path):
+    """A detach whose cuptiFinalize raises is reported by the raise (the session counts it), not
+    handed on a second time, and the tracer is marked detached, so the next attach registers the
+    buffer callbacks again instead of enabling kinds on a CUPTI that may be gone."""
+    out = run(tmp_path, "finalize_fails")
+    assert out["raised"] == [[7, False, False]] * 3
+    assert out["health_errors"] == []
 
 
 def test_an_idle_application_is_finalized_by_the_collector_after_the_timeout(tmp_path):
@@ -290,6 +308,7 @@ def test_a_failing_finalize_is_counted_with_its_reason(fake_cupti):
     s = f.summary()
     assert s["fallback"] == 1 and "subscribe" in s["last_fallback"]
     assert s["by_timeout"] == 1 and s["errors"] == 2 and "status 99" in s["last_error"]
+    assert f.take_unraised() == []  # both raised: the session counts them, nothing is handed on twice
 
 
 def test_a_failure_the_finalize_survives_is_handed_on_once(fake_cupti):
@@ -329,3 +348,33 @@ def test_a_callback_failing_before_its_finalize_is_handed_on(fake_cupti):
     assert fake_cupti.finalized_on == [threading.current_thread().name]  # the fallback, on the collector's thread
     unraised = f.take_unraised()
     assert len(unraised) == 1 and "API callback" in unraised[0] and "KeyboardInterrupt" in unraised[0]
+
+
+def test_a_callback_failing_after_the_collector_stopped_waiting_is_handed_on(fake_cupti, monkeypatch):
+    """The callback claimed the round, its cuptiFinalize outlives STARTED_LIMIT_S (the collector raises)
+    and then fails: nobody is left to raise it, so it is handed on for health."""
+    import collector.finalize as F
+
+    monkeypatch.setattr(F, "STARTED_LIMIT_S", 0.05)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_failing_finalize():
+        entered.set()
+        release.wait(10)
+        raise fake_cupti.cuptiError(13)
+    fake_cupti.finalize = slow_failing_finalize
+    f = DetachFinalizer("callback", timeout_s=0.2)
+
+    def app_calls():
+        while not entered.is_set():
+            fake_cupti.api_call()
+            time.sleep(0.0005)
+    app = threading.Thread(target=app_calls, name="app")
+    app.start()
+    with pytest.raises(RuntimeError, match="did not return"):
+        f.finalize()
+    assert f.take_unraised() == []
+    release.set()
+    app.join(5)
+    unraised = f.take_unraised()
+    assert len(unraised) == 1 and "after the collector stopped waiting" in unraised[0] and "status 13" in unraised[0]

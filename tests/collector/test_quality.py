@@ -48,6 +48,19 @@ def test_invalid_records_are_counted_by_reason_in_the_delivery_window(zero_ts_ro
     assert quality_of(dw) == "degraded"
 
 
+def test_valid_total_is_delivered_minus_invalid_even_with_overhead_records(zero_ts_rows):
+    """CUPTI's OVERHEAD records are stored (records_total) but are not kernel/copy deliveries: the
+    exported valid count must never exceed the delivered one (seen on the H200: 226 more "valid"
+    than delivered in an 8-minute capture's status, 2026-12-04)."""
+    agg = Aggregator(60)
+    agg.add_kernel_rows(zero_ts_rows, delivered_at_s=1e9)
+    good = next(r for r in zero_ts_rows if r[0] > 0)
+    for _ in range(5):
+        agg.add_overhead(good[0], good[1])
+    assert agg.records_total == 1505
+    assert agg.valid_total == agg.delivered_total - agg.invalid_zero_ts - agg.invalid_order == 1500
+
+
 def test_end_before_start_is_its_own_reason(zero_ts_rows):
     good = [r for r in zero_ts_rows if r[0] > 0][:10]
     swapped = [(r[1], r[0], *r[2:]) for r in good]  # a real record with its timestamps swapped
