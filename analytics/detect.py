@@ -22,6 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from analytics import online
+from analytics import sequential as sq
 from analytics.lifecycle import (MAX_MAGNITUDE_PCT, Candidate, DetectConfig, Step, candidate, dedup, find_absence, find_steps,
                                  update_open)
 from analytics.presence import absent_now
@@ -29,6 +30,7 @@ from analytics.results import Regression
 from analytics.store import noise_models as noise_cache
 from analytics.store import regressions as events
 from analytics.store import series as sr
+from analytics.store import thresholds as fleet_thresholds
 from analytics.store.regressions import OPEN, load_regressions
 from analytics.trend import estimate_drift, ewma, ewma_deviation_check, quiet_warnings, screen_tail, severity_of
 from cudawatch.shards import hour_floor
@@ -46,6 +48,9 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
     Returned regressions have empty ``causes`` (analytics.explain.attach_causes fills them).
     """
     config = config or DetectConfig()
+    if config.thresholds is None:  # the fleet's own calibration of this statistic, else the shipped thresholds
+        stored = fleet_thresholds.current(con, online.model_version(config.seq, config.seq_min_history))
+        config = replace(config, thresholds=stored or sq.DEFAULT_THRESHOLDS)
     events.ensure_tables(con)
     as_of = hour_floor(as_of)
     existing = events.known_events(con, as_of, config.lookback_hours)

@@ -70,7 +70,9 @@ class DetectConfig:
     sequential: bool = True
     seq_min_history: int = online.MIN_HISTORY_HOURS
     seq: sq.SequentialConfig = sq.SequentialConfig()
-    thresholds: tuple[float, ...] = sq.DEFAULT_THRESHOLDS
+    # None: the warehouse's newest calibration on the fleet's own history (analytics.fleet_calibration),
+    # else sq.DEFAULT_THRESHOLDS; a tuple here overrides both
+    thresholds: tuple[float, ...] | None = None
     presence_alpha: float = presence.DEFAULT_ALPHA
 
     def cp_options(self, period: int | None) -> dict:

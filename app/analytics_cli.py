@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 
-def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
+def parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
     from cudawatch.shards import parse_utc
 
     if value is None:
@@ -23,7 +23,7 @@ def _parse_ts(value: Optional[str]) -> Optional[dt.datetime]:
 
 
 @contextmanager
-def _writer(db: Path):
+def writer(db: Path):
     """A writable connection under the warehouse's writer lock (analytics.store.Store), shared
     with the Airflow tasks: a command run by hand waits for a running task instead of failing on
     DuckDB's file lock."""
@@ -38,7 +38,7 @@ def _writer(db: Path):
 
 
 @contextmanager
-def _reader(db: Path):
+def reader(db: Path):
     """A read-only connection that waits briefly while a writer holds the file."""
     from analytics.store import Store, WarehouseBusy, WarehouseOutdated
 
@@ -63,12 +63,12 @@ def ingest(
     from cudawatch import inputs
     from cudawatch.text import terminal
 
-    hour_ts = _parse_ts(hour)
+    hour_ts = parse_ts(hour)
     inputs.or_exit(inputs.shard_root, shards)
     inputs.or_exit(inputs.writable_db, db)
     from app.tables import spinner
 
-    with _writer(db) as con, spinner(f"loading shards from {terminal(shards)}…"):
+    with writer(db) as con, spinner(f"loading shards from {terminal(shards)}…"):
         result = store.ingest_shards(shards, con, hour=hour_ts)
     typer.echo(result.summary())
     for path, reason in result.quarantined:
@@ -95,7 +95,7 @@ def analyze(
     from cudawatch import inputs
 
     fmt = "json" if as_json else tables.check_format(fmt)
-    as_of_ts = _parse_ts(as_of)
+    as_of_ts = parse_ts(as_of)
     inputs.or_exit(inputs.existing_db, db)
     err = Console(stderr=True)
     with Progress(TextColumn("analysing {task.fields[hour]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -115,7 +115,7 @@ def analyze(
             raise typer.Exit(3)
     from analytics.store.outbox import incident_ids
 
-    with _reader(db) as con:  # the ids the alerts used, so analyze names incidents as Slack and the webhook did
+    with reader(db) as con:  # the ids the alerts used, so analyze names incidents as Slack and the webhook did
         known = incident_ids(con)
     incidents = report_incidents(done.regressions, done.as_of, known)
     payload = analyze_json(incidents)
@@ -129,7 +129,7 @@ def analyze(
     tables.print_rows(REGRESSION_COLUMNS, incident_rows(incidents), fmt, raw=regressions,
                       title=f"{len(regressions)} regressions in {len(incidents)} incident{'s' if len(incidents) != 1 else ''}")
     if not regressions and fmt == "table":
-        with _reader(db) as con:
+        with reader(db) as con:
             why = why_no_regressions(con)
         if why:
             typer.echo(why, err=True)
@@ -265,10 +265,10 @@ def diff(
     from cudawatch.text import shorten_name, terminal
 
     tables.check_format(fmt)
-    before_ts, after_ts = _parse_ts(before), _parse_ts(after)
+    before_ts, after_ts = parse_ts(before), parse_ts(after)
     inputs.or_exit(inputs.existing_db, db)
     reg = None
-    with _reader(db) as con:
+    with reader(db) as con:
         if event is not None:
             reg = next((r for r in load_regressions(con) if r.event_id == event), None)
             if reg is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from app import analytics_cli, reports_cli, simulate_cli
+from app import analytics_cli, calibrate_cli, reports_cli, simulate_cli
 from collector import cli as collector_cli
 
 app = typer.Typer(
@@ -33,7 +33,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Continuous CUDA performance monitoring: collect, ingest, detect regressions, report."""
 
 
-for module in (simulate_cli, analytics_cli, reports_cli, collector_cli):
+for module in (simulate_cli, analytics_cli, calibrate_cli, reports_cli, collector_cli):
     module.register(app)
 
 

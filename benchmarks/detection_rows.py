@@ -20,11 +20,12 @@ import datetime as dt
 import numpy as np
 
 from analytics import calibration as cal
+from analytics import fleet_calibration
 from analytics import noise_model as nm
 from analytics import online
 from analytics import sequential as sq
 
-HOLD = 72  # alarms of a series within this many hours of an alert's onset are that alert
+HOLD = fleet_calibration.HOLD_HOURS  # alarms of a series within this many hours of an alert's onset are that alert
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
 
@@ -48,33 +49,15 @@ def _replay(x, start, cfg, model_at, mean_at=None):
 
 
 def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
-    """Hourly replay of the product's hourly path on the loaded matrix: every run gives
-    ``analytics.online`` the trailing ``online.lookback_hours`` (what detect_regressions loads),
-    the series it tests and their noise model come from ``online.fit_day`` at the UTC day's first
-    run (the product stores that model in the warehouse and reads it back every run of the day:
-    analytics.store.noise_models), and the statistics
-    are ``online.scan_stats`` of that run — what ``sequential_alarms`` thresholds with
+    """Hourly replay of the product's hourly path on the loaded matrix (analytics.fleet_calibration:
+    the function a fleet's own calibration runs): every run gives ``analytics.online`` the trailing
+    ``online.lookback_hours`` (what detect_regressions loads), the series it tests and their noise
+    model come from ``online.fit_day`` at the UTC day's first run (the product stores that model in
+    the warehouse and reads it back every run of the day: analytics.store.noise_models), and the
+    statistics are ``online.scan_stats`` of that run — what ``sequential_alarms`` thresholds with
     ``analytics.sequential.alarm_rule``. Series the path does not test never alarm here (the
     product sends them to the change points)."""
-    n, hours = values.shape
-    L = online.lookback_hours(cfg)
-    runs = np.arange(start, hours)
-    M = cfg.max_window
-    S = np.full((n, runs.size, M), -np.inf)
-    V = np.zeros((n, runs.size, M))
-    Z = np.zeros((n, runs.size, M))
-    kw = {} if min_history is None else {"min_history": min_history}
-    res = None
-    for j, t in enumerate(runs):
-        lo = max(0, t + 1 - L)
-        v = values[:, lo : t + 1]
-        if res is None or t % 24 == 0:
-            res = online.fit_day(v, t % 24, bad=1, config=cfg, **kw)
-        rows_, model = res
-        if rows_.size:
-            sc = online.scan_stats(v, t % 24, bad=1, config=cfg, model=model, rows=rows_)
-            S[rows_, j], V[rows_, j], Z[rows_, j] = sc.stat, sc.valid, sc.ref_z
-    return runs, S, V, Z
+    return fleet_calibration.replay_stats(values, start, cfg, bad=1, min_history=min_history)
 
 
 def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> nm.OutlierLaw:
@@ -111,11 +94,8 @@ def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
 
 
 def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig()):
-    _, arg, usable = sq.alarm_rule(S, V, np.full(cfg.max_window, np.inf), cfg)
-    placed = np.take_along_axis(Z, arg[..., None], axis=-1)[..., 0] < cfg.ref_z
-    days = S.shape[0] * runs.size / 24
-    return cal.calibrate_thresholds(S, usable, runs[None, :] - arg, series_days=days, target_per_1000_days=target,
-                                    hold_hours=HOLD, min_len=cfg.min_len, run_hours=runs, eligible=(arg < cfg.max_window - 1) & placed)
+    """Thresholds for ``target`` on replayed clean statistics (every series of the corpus counts its runs)."""
+    return fleet_calibration.calibrate_stats(runs, S, V, Z, target, cfg, series_days=S.shape[0] * runs.size / 24)
 
 
 # --------------------------------------------------------------------------- the previous hourly path

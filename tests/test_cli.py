@@ -58,7 +58,7 @@ def test_ingest_reports_quarantined_shards(tmp_path):
 
 def test_console_script_help_lists_the_contract_commands():
     out = subprocess.run([sys.executable, "-m", "cudawatch", "--help"], capture_output=True, text=True, check=True)
-    for command in ("demo", "simulate", "ingest", "analyze", "report", "query", "diff"):
+    for command in ("demo", "simulate", "ingest", "analyze", "calibrate", "report", "query", "diff"):
         assert command in out.stdout
 
 

@@ -1,0 +1,137 @@
+"""Thresholds set on the fleet's own history (issue 15): replay the hourly path over the warehouse's
+regression-free history, calibrate one threshold per window length for a false-alarm target, and
+store them; ``detect_regressions`` then uses the newest stored calibration of its statistic
+(``DetectConfig.thresholds`` left at None), else ``analytics.sequential.DEFAULT_THRESHOLDS``.
+
+The replay is the product's hourly path itself (what ``detect_regressions`` runs per family): every
+run sees the trailing ``online.lookback_hours``, the day's noise model comes from ``online.fit_day``
+at the UTC day's first run, and the statistics are ``online.scan_stats`` of that run.
+``benchmarks/detection.py`` calibrates its rows with the same two functions (``replay_stats``,
+``calibrate_stats``). Regression-free: a series with any event (any status) whose onset lies in
+the replayed hours or the lookback before them is left out, and only series-runs the sequential
+path tested count as series-days. Small fleets give noisy thresholds (84,000 series-days left the
+rate elsewhere uncertain by about +-25 %, docs/detection.md), so ``calibrate_warehouse`` refuses
+fewer than ``min_series_days``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+
+from analytics import calibration as cal
+from analytics import online
+from analytics import sequential as sq
+
+#: Alarms of a series within this many hours of an alert's onset are that alert (the lifecycle's count).
+HOLD_HOURS = 72
+#: Fewest clean series-days ``calibrate_warehouse`` accepts by default.
+MIN_SERIES_DAYS = 10_000
+
+
+def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.SequentialConfig(), *, bad: int = 1,
+                 min_history: int | None = None, first_hour_of_day: int = 0):
+    """Hourly replay of the sequential path on a (series x hours) matrix, one run per hour from
+    ``start``: returns (runs, S, V, Z), the statistic, validity and reference z of every series,
+    run and window length (-inf where the path did not test the series). ``first_hour_of_day``: the
+    UTC hour of column 0."""
+    n, hours = values.shape
+    L = online.lookback_hours(cfg)
+    runs = np.arange(start, hours)
+    M = cfg.max_window
+    S = np.full((n, runs.size, M), -np.inf)
+    V = np.zeros((n, runs.size, M))
+    Z = np.zeros((n, runs.size, M))
+    kw = {} if min_history is None else {"min_history": min_history}
+    res = None
+    for j, t in enumerate(runs):
+        lo = max(0, t + 1 - L)
+        v = values[:, lo : t + 1]
+        hod = (first_hour_of_day + t) % 24
+        if res is None or hod == 0:
+            res = online.fit_day(v, hod, bad=bad, config=cfg, **kw)
+        rows_, model = res
+        if rows_.size:
+            sc = online.scan_stats(v, hod, bad=bad, config=cfg, model=model, rows=rows_)
+            S[rows_, j], V[rows_, j], Z[rows_, j] = sc.stat, sc.valid, sc.ref_z
+    return runs, S, V, Z
+
+
+def calibrate_stats(runs, S, V, Z, target: float, cfg: sq.SequentialConfig = sq.SequentialConfig(),
+                    series_days: float | None = None):
+    """Thresholds for ``target`` alerts per 1,000 series-days on replayed clean statistics: returns
+    (thresholds, tail p, rate on these statistics). ``series_days`` defaults to the series-runs the
+    path tested / 24."""
+    _, arg, usable = sq.alarm_rule(S, V, np.full(cfg.max_window, np.inf), cfg)
+    placed = np.take_along_axis(Z, arg[..., None], axis=-1)[..., 0] < cfg.ref_z
+    if series_days is None:
+        series_days = float(np.isfinite(S).any(axis=-1).sum()) / 24
+    return cal.calibrate_thresholds(S, usable, runs[None, :] - arg, series_days=series_days, target_per_1000_days=target,
+                                    hold_hours=HOLD_HOURS, min_len=cfg.min_len, run_hours=runs,
+                                    eligible=(arg < cfg.max_window - 1) & placed)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One calibration of the fleet's thresholds (a row of ``detector_thresholds``)."""
+
+    method: str  # online.model_version of the statistic: thresholds of another statistic are not used
+    as_of: dt.datetime  # the last replayed hour
+    target: float  # false alerts per 1,000 series-days aimed at
+    rate: float  # the rate the thresholds give on the replayed history
+    series: int
+    series_days: float
+    tail_p: float
+    thresholds: tuple[float, ...]
+
+
+def calibrate_warehouse(con, as_of: dt.datetime, *, days: int = 14, target: float = 0.75, config=None,
+                        min_series_days: float = MIN_SERIES_DAYS) -> Calibration:
+    """Replay the last ``days`` days up to ``as_of`` of every sequential family in the warehouse and
+    calibrate; raises ValueError with the numbers when the clean history is too small."""
+    from analytics.lifecycle import DetectConfig
+    from analytics.store import series as sr
+    from cudawatch.shards import hour_floor
+
+    config = config or DetectConfig()
+    cfg = config.seq
+    as_of = hour_floor(as_of)
+    L, n_runs = online.lookback_hours(cfg), days * 24
+    first = as_of - dt.timedelta(hours=L + n_runs - 1)
+    tainted = _series_with_events(con, first)
+    parts = []
+    for name in config.series:
+        spec = sr.SPEC_BY_NAME[name]
+        if not (config.sequential and spec.sequential):
+            continue
+        mat = sr.load_matrix(con, spec, as_of, L + n_runs)
+        keep = np.array([sr.series_key(name, k) not in tainted.get(name, ()) for k in mat.keys], dtype=bool)
+        if not keep.any():
+            continue
+        col0 = (as_of - dt.timedelta(hours=mat.hours - 1)).hour
+        parts.append(replay_stats(mat.values[keep], L, cfg, bad=spec.bad, min_history=config.seq_min_history,
+                                  first_hour_of_day=col0))
+    if not parts:
+        raise ValueError("no clean series of a sequential family in the warehouse: nothing to calibrate on")
+    runs = parts[0][0]
+    S, V, Z = (np.concatenate([p[i] for p in parts]) for i in (1, 2, 3))
+    tested = np.isfinite(S).any(axis=-1)
+    series_days = float(tested.sum()) / 24
+    if series_days < min_series_days:
+        raise ValueError(f"{series_days:,.0f} clean series-days the hourly path tested in the last {days} days "
+                         f"(of {S.shape[0]} series); calibration needs at least {min_series_days:,.0f}")
+    h, p, rate = calibrate_stats(runs, S, V, Z, target, cfg, series_days=series_days)
+    return Calibration(online.model_version(cfg, config.seq_min_history), as_of, target, float(rate),
+                       int(tested.any(axis=1).sum()), series_days, float(p), tuple(float(x) for x in h))
+
+
+def _series_with_events(con, since: dt.datetime) -> dict[str, set[str]]:
+    """Series keys with an event whose onset is at or after ``since`` (read-only: no table, no events)."""
+    out: dict[str, set[str]] = {}
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'regressions'").fetchone()[0]:
+        return out
+    for series, key in con.execute("SELECT DISTINCT series, series_key FROM regressions WHERE onset >= ?", [since]).fetchall():
+        out.setdefault(series, set()).add(key)
+    return out
