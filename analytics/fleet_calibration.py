@@ -87,44 +87,65 @@ class Calibration:
     thresholds: tuple[float, ...]
 
 
-def calibrate_warehouse(con, as_of: dt.datetime, *, days: int = 14, target: float = 0.75, config=None,
-                        min_series_days: float = MIN_SERIES_DAYS) -> Calibration:
-    """Replay the last ``days`` days up to ``as_of`` of every sequential family in the warehouse and
-    calibrate; raises ValueError with the numbers when the clean history is too small."""
+@dataclass(frozen=True)
+class History:
+    """The clean series of every sequential family, loaded for a replay (no connection kept)."""
+
+    as_of: dt.datetime
+    days: int
+    config: object  # analytics.lifecycle.DetectConfig
+    families: list  # (bad, values (series x hours), UTC hour of column 0)
+
+
+def load_history(con, as_of: dt.datetime, *, days: int = 14, config=None) -> History:
+    """Read the last ``days`` days up to ``as_of`` (and the lookback before them) of every sequential
+    family, without the series that have an event in those hours. Reads only: the replay runs after
+    the connection is closed, so a long calibration never holds the warehouse file."""
     from analytics.lifecycle import DetectConfig
     from analytics.store import series as sr
     from cudawatch.shards import hour_floor
 
     config = config or DetectConfig()
-    cfg = config.seq
     as_of = hour_floor(as_of)
-    L, n_runs = online.lookback_hours(cfg), days * 24
-    first = as_of - dt.timedelta(hours=L + n_runs - 1)
-    tainted = _series_with_events(con, first)
-    parts = []
+    L = online.lookback_hours(config.seq)
+    tainted = _series_with_events(con, as_of - dt.timedelta(hours=L + days * 24 - 1))
+    families = []
     for name in config.series:
         spec = sr.SPEC_BY_NAME[name]
         if not (config.sequential and spec.sequential):
             continue
-        mat = sr.load_matrix(con, spec, as_of, L + n_runs)
+        mat = sr.load_matrix(con, spec, as_of, L + days * 24)
         keep = np.array([sr.series_key(name, k) not in tainted.get(name, ()) for k in mat.keys], dtype=bool)
-        if not keep.any():
-            continue
-        col0 = (as_of - dt.timedelta(hours=mat.hours - 1)).hour
-        parts.append(replay_stats(mat.values[keep], L, cfg, bad=spec.bad, min_history=config.seq_min_history,
-                                  first_hour_of_day=col0))
-    if not parts:
+        if keep.any():
+            families.append((spec.bad, mat.values[keep], (as_of - dt.timedelta(hours=mat.hours - 1)).hour))
+    return History(as_of, days, config, families)
+
+
+def calibrate_history(hist: History, *, target: float = 0.75, min_series_days: float = MIN_SERIES_DAYS) -> Calibration:
+    """Replay and calibrate a loaded history; raises ValueError with the numbers when it is too small."""
+    config = hist.config
+    cfg, L = config.seq, online.lookback_hours(config.seq)
+    if not hist.families:
         raise ValueError("no clean series of a sequential family in the warehouse: nothing to calibrate on")
+    parts = [replay_stats(v, L, cfg, bad=bad, min_history=config.seq_min_history, first_hour_of_day=h0)
+             for bad, v, h0 in hist.families]
     runs = parts[0][0]
     S, V, Z = (np.concatenate([p[i] for p in parts]) for i in (1, 2, 3))
     tested = np.isfinite(S).any(axis=-1)
     series_days = float(tested.sum()) / 24
     if series_days < min_series_days:
-        raise ValueError(f"{series_days:,.0f} clean series-days the hourly path tested in the last {days} days "
+        raise ValueError(f"{series_days:,.0f} clean series-days the hourly path tested in the last {hist.days} days "
                          f"(of {S.shape[0]} series); calibration needs at least {min_series_days:,.0f}")
     h, p, rate = calibrate_stats(runs, S, V, Z, target, cfg, series_days=series_days)
-    return Calibration(online.model_version(cfg, config.seq_min_history), as_of, target, float(rate),
+    return Calibration(online.model_version(cfg, config.seq_min_history), hist.as_of, target, float(rate),
                        int(tested.any(axis=1).sum()), series_days, float(p), tuple(float(x) for x in h))
+
+
+def calibrate_warehouse(con, as_of: dt.datetime, *, days: int = 14, target: float = 0.75, config=None,
+                        min_series_days: float = MIN_SERIES_DAYS) -> Calibration:
+    """``load_history`` then ``calibrate_history`` (one call, for a connection the caller holds anyway)."""
+    return calibrate_history(load_history(con, as_of, days=days, config=config), target=target,
+                             min_series_days=min_series_days)
 
 
 def _series_with_events(con, since: dt.datetime) -> dict[str, set[str]]:

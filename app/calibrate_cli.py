@@ -27,16 +27,17 @@ def calibrate(
 
     inputs.or_exit(inputs.existing_db, db)
     end = parse_ts(as_of)
-    with reader(db) as con:
+    with reader(db) as con:  # read, then let go: the replay can take hours on a big fleet
         end = end or hours.latest_hour(con)
         if end is None:
             typer.echo("error: the warehouse holds no hourly data yet", err=True)
             raise typer.Exit(2)
-        try:
-            c = fleet_calibration.calibrate_warehouse(con, end, days=days, target=target, min_series_days=min_series_days)
-        except ValueError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
+        hist = fleet_calibration.load_history(con, end, days=days)
+    try:
+        c = fleet_calibration.calibrate_history(hist, target=target, min_series_days=min_series_days)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
     h = ", ".join("–" if x == float("inf") else f"{x:.2f}" for x in c.thresholds)
     typer.echo(f"{c.series} series, {c.series_days:,.0f} clean series-days up to {c.as_of:%Y-%m-%d %H:00} UTC; "
                f"target {c.target:g}, {c.rate:.2f} false alerts per 1,000 series-days on this history (tail p {c.tail_p:.1e})")
