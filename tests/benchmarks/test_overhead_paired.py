@@ -34,13 +34,7 @@ def test_a_baseline_moving_between_processes_cancels_inside_each():
     assert s["processes"] == 12
     assert abs(s["ratio"] - 1.02) < 0.004
     lo, hi = s["ci95"]
-    assert lo < 1.02 < hi and hi - lo < 0.01
-    # the same numbers compared across processes (B of one process against A1 of another) are far wider
-    runs = _runs(1.02, 1.0, 12, seed=3)
-    b = [r["results"]["launch"]["b_s_per_step"] for r in runs]
-    a = [r["results"]["launch"]["a1_s_per_step"] for r in runs[1:] + runs[:1]]
-    across = sorted(x / y for x, y in zip(b, a))
-    assert across[-1] - across[0] > 0.2
+    assert lo < 1.02 < hi and hi - lo < 0.01  # the baselines themselves span 0.8-1.2 ms
 
 
 def test_not_back_to_baseline_after_the_stop_shows_in_after_stop():
