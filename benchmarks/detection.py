@@ -174,6 +174,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speed-series", type=int, default=100_000)
     ap.add_argument("--history-sweep", type=int, default=0, help="only the history sweep on this many clean series (seed 32)")
     ap.add_argument("--target", type=float, default=0.75, help="calibration target, false alarms per 1,000 series-days")
+    ap.add_argument("--thresholds", default="",
+                    help="with --product-only: comma-separated thresholds for m = 3..12 instead of calibrating on --cal-series "
+                         "(e.g. those benchmarks/calibration_size.py printed for the same seed-101 series and target)")
     ap.add_argument("--product-only", action="store_true",
                     help="only the cudawatch hourly-path row (calibrated on --cal-series): a method change's cost in recall")
     ap.add_argument("--speed-only", action="store_true",
@@ -195,7 +198,13 @@ def main(argv=None) -> int:
         args.cal_series, args.clean_series, args.step_series, args.old_series, args.slow_series, args.speed_series = 800, 600, 400, 40, 10, 5000
 
     t_start = time.perf_counter()
-    cal = corpus(args.cal_series, 101, steps=False)
+    given = None
+    if args.thresholds:
+        if not args.product_only:
+            ap.error("--thresholds needs --product-only")
+        given = [float(x) for x in args.thresholds.split(",")]
+        given = np.array([np.inf] * (sq.SequentialConfig().max_window - len(given)) + given)
+    cal = None if given is not None else corpus(args.cal_series, 101, steps=False)
     clean = corpus(args.clean_series, 11, steps=False)
     steps = corpus(args.step_series, 12, steps=True)
     results, notes, thresholds = {}, {}, {}
@@ -207,14 +216,18 @@ def main(argv=None) -> int:
     glr_rows[CW] = lambda c: rows.product_stats(c.values, HISTORY, cfg)
     timing = {}
     for name, fn in glr_rows.items():
-        h, p, rate = rows.calibrate(*fn(cal), args.target, cfg)
+        if given is not None:
+            h, note = given, "thresholds given on the command line (not calibrated in this run)"
+        else:
+            h, p, rate = rows.calibrate(*fn(cal), args.target, cfg)
+            note = f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
         thresholds[name] = h
         t0 = time.perf_counter()
         a_steps = rows.alerts_from_stats(*fn(steps), h, cfg)
         a_clean = rows.alerts_from_stats(*fn(clean), h, cfg)
         timing[name] = time.perf_counter() - t0
         results[name] = score(a_steps, a_clean, steps, args.clean_series)
-        notes[name] = f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
+        notes[name] = note
     if args.product_only:
         args.speed_series = 0
     else:
@@ -223,8 +236,8 @@ def main(argv=None) -> int:
     print(f"# Detection benchmark\n\nmachine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; wall {time.perf_counter() - t_start:.0f} s\n"
           f"command: `.venv/bin/python benchmarks/detection.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n"
-          f"corpus: {HOURS} h per series ({HISTORY} h history, then {DAYS * 24} hourly runs); calibration {args.cal_series} clean "
-          f"series (seed 101); test {args.clean_series} clean series (seed 11, 10 % with an improvement step) = "
+          f"corpus: {HOURS} h per series ({HISTORY} h history, then {DAYS * 24} hourly runs); "
+          f"{'thresholds given' if given is not None else f'calibration {args.cal_series} clean series (seed 101)'}; test {args.clean_series} clean series (seed 11, 10 % with an improvement step) = "
           f"{args.clean_series * DAYS:,} clean series-days, {args.step_series} step series (seed 12); calibration target "
           f"{args.target} false / 1,000 series-days.\n")
     print("| method | false / 1,000 clean series-days | precision | k=3σ within 3 / 6 / 12 runs | k=4σ within 3 / 6 | k=6σ within 3 | "
