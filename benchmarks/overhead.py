@@ -207,16 +207,18 @@ def probe() -> dict:
     return res
 
 
-def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str], checkpoint: str | None = None) -> dict:
-    """Interleaved reps; with ``checkpoint`` the runs so far are written there after every worker
-    (a long run cut short by a device limit keeps its finished reps)."""
+def run_interleaved(script: str, reps: int, modes: list[str], args: list[str], describe, checkpoint: str | None = None,
+                    meta: dict | None = None) -> list[dict]:
+    """``reps`` rounds of one worker process per mode, the order rotating each round
+    (``python script worker --mode M *args``, its JSON on the last stdout line); each result gets
+    its ``rep`` and ``describe(mode, result)`` is printed. With ``checkpoint`` the runs so far (and
+    ``meta``) are written there after every worker, so a run cut short by a device limit keeps its
+    finished reps."""
     runs = []
     for rep in range(reps):
-        order = modes[rep % len(modes):] + modes[: rep % len(modes)]
-        for mode in order:
-            cmd = [sys.executable, __file__, "worker", "--mode", mode, "--seconds", str(seconds), "--warmup", str(warmup_s),
-                   "--workloads", ",".join(workloads)]
-            p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+        for mode in modes[rep % len(modes):] + modes[: rep % len(modes)]:
+            p = subprocess.run([sys.executable, script, "worker", "--mode", mode, *args], capture_output=True, text=True,
+                               env=os.environ.copy())
             if p.returncode != 0:
                 print(p.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"worker {mode} failed with {p.returncode}")
@@ -225,10 +227,20 @@ def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str], ch
             runs.append(res)
             if checkpoint:
                 with open(checkpoint, "w") as fh:
-                    json.dump({"runs": runs, "reps_done": rep, "seconds": seconds, "warmup": warmup_s}, fh)
-            print(f"rep {rep} {mode}: " + ", ".join(f"{w} {r['s_per_step']*1e3:.3f} ms" for w, r in res["results"].items())
-                  + (f" est {[round(r.get('est_overhead_pct') or 0, 2) for r in res['results'].values()]}" if mode.startswith("cudawatch") else ""),
-                  file=sys.stderr, flush=True)
+                    json.dump({"runs": runs, "reps_done": rep, **(meta or {})}, fh)
+            print(f"rep {rep} {mode}: {describe(mode, res)}", file=sys.stderr, flush=True)
+    return runs
+
+
+def run(reps: int, seconds, warmup_s, modes: list[str], workloads: list[str], checkpoint: str | None = None) -> dict:
+    """Interleaved reps (``run_interleaved``)."""
+    def describe(mode: str, res: dict) -> str:
+        return (", ".join(f"{w} {r['s_per_step']*1e3:.3f} ms" for w, r in res["results"].items())
+                + (f" est {[round(r.get('est_overhead_pct') or 0, 2) for r in res['results'].values()]}"
+                   if mode.startswith("cudawatch") else ""))
+    runs = run_interleaved(__file__, reps, modes, ["--seconds", str(seconds), "--warmup", str(warmup_s),
+                                                   "--workloads", ",".join(workloads)], describe, checkpoint,
+                           {"seconds": seconds, "warmup": warmup_s})
     return {"runs": runs, "summary": summarize(runs), "reps": reps, "seconds": seconds, "warmup": warmup_s,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 

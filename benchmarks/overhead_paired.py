@@ -32,11 +32,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -148,23 +145,11 @@ def markdown(summary: dict) -> str:
 
 def run(reps: int, modes: list[str], workload: str, seconds: float, warmup_s: float, checkpoint: str | None) -> dict:
     """``reps`` processes per mode, modes alternating; finished processes are kept in ``checkpoint``."""
-    runs = []
-    for rep in range(reps):
-        for mode in modes[rep % len(modes):] + modes[: rep % len(modes)]:
-            cmd = [sys.executable, __file__, "worker", "--mode", mode, "--workload", workload,
-                   "--seconds", str(seconds), "--warmup", str(warmup_s)]
-            p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-            if p.returncode != 0:
-                print(p.stderr[-3000:], file=sys.stderr)
-                raise SystemExit(f"worker {mode} failed with {p.returncode}")
-            res = json.loads(p.stdout.strip().splitlines()[-1])
-            res["rep"] = rep
-            runs.append(res)
-            if checkpoint:
-                with open(checkpoint, "w") as fh:
-                    json.dump({"runs": runs}, fh)
-            print(f"rep {rep} {mode}: " + ", ".join(f"{w} {per_process(r)['ratio']:.3f} (A2/A1 {per_process(r)['after_stop']:.3f})"
-                                                   for w, r in res["results"].items()), file=sys.stderr, flush=True)
+    def describe(mode: str, res: dict) -> str:
+        return ", ".join(f"{w} {per_process(r)['ratio']:.3f} (A2/A1 {per_process(r)['after_stop']:.3f})"
+                         for w, r in res["results"].items())
+    runs = overhead.run_interleaved(__file__, reps, modes, ["--workload", workload, "--seconds", str(seconds),
+                                                            "--warmup", str(warmup_s)], describe, checkpoint)
     return {"runs": runs, "summary": summarize(runs), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 

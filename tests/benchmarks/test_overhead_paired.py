@@ -62,3 +62,25 @@ def test_the_baseline_is_read_where_b_ran_between_a1_and_a2():
     r = {"a1_s_per_step": 1.0e-3, "a2_s_per_step": 1.1e-3, "b_s_per_step": 1.09e-3 * 1.02, "b_position": 0.9}
     assert paired.per_process(r)["ratio"] == pytest.approx(1.02)
     assert paired.per_process(dict(r, b_position=0.5))["ratio"] == pytest.approx(1.09 * 1.02 / 1.05)
+
+
+def test_workers_rotate_their_order_and_a_cut_run_keeps_its_finished_reps(tmp_path):
+    """overhead.run_interleaved (both overhead scripts' driver) on a stand-in worker script: one
+    process per mode and rep, the order rotating, every finished worker in the checkpoint, and a
+    failing worker stops the run with its exit status."""
+    import json
+
+    import overhead
+
+    script = tmp_path / "worker.py"
+    script.write_text("import json, sys\nmode = sys.argv[sys.argv.index('--mode') + 1]\n"
+                      "sys.exit(5) if mode == 'bad' else print(json.dumps({'mode': mode, 'results': {}, 'args': sys.argv[4:]}))\n")
+    ck = tmp_path / "ck.json"
+    runs = overhead.run_interleaved(str(script), 2, ["a", "b"], ["--x", "1"], lambda m, r: m, str(ck), {"seconds": 3})
+    assert [(r["rep"], r["mode"]) for r in runs] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")]
+    assert runs[0]["args"] == ["--x", "1"]
+    saved = json.loads(ck.read_text())
+    assert saved["runs"] == runs and saved["seconds"] == 3
+    with pytest.raises(SystemExit, match="worker bad failed with 5"):
+        overhead.run_interleaved(str(script), 1, ["a", "bad"], [], lambda m, r: m, str(ck))
+    assert [r["mode"] for r in json.loads(ck.read_text())["runs"]] == ["a"]
