@@ -150,8 +150,10 @@ def calibrate_warehouse(con, as_of: dt.datetime, *, days: int = 14, target: floa
 
 def _series_with_events(con, since: dt.datetime) -> dict[str, set[str]]:
     """Series keys with an event whose onset is at or after ``since`` (read-only: no table, no events)."""
+    from analytics.store.regressions import has_table
+
     out: dict[str, set[str]] = {}
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'regressions'").fetchone()[0]:
+    if not has_table(con, "regressions"):
         return out
     for series, key in con.execute("SELECT DISTINCT series, series_key FROM regressions WHERE onset >= ?", [since]).fetchall():
         out.setdefault(series, set()).add(key)

@@ -106,24 +106,16 @@ def old_detect_regressions(values, start, **config):
     warehouse holding the series as one kernel each (window = hour, 100 launches). config:
     DetectConfig fields (``sequential=False``: the previous path, change points only)."""
     import duckdb
-    import pyarrow as pa
 
     from analytics.detect import DetectConfig, detect_regressions
     from analytics.store.schema import ensure_schema, refresh_hourly
+    from simulator.corpus import kernel_rows
 
     n, hours = values.shape
     con = duckdb.connect()
     ensure_schema(con)
     hour_ts = [T0 + dt.timedelta(hours=h) for h in range(hours)]
-    cols = {
-        "window_start": pa.array(np.tile(np.array([h.replace(tzinfo=None) for h in hour_ts], dtype="datetime64[us]"), n),
-                                 pa.timestamp("us", tz="UTC")),
-        "window_s": np.full(n * hours, 3600, np.int32), "host": ["h"] * (n * hours), "gpu_uuid": ["GPU-0"] * (n * hours),
-        "job": np.repeat([f"job{i}" for i in range(n)], hours).tolist(), "kernel": ["k"] * (n * hours),
-        "kernel_id": ["kid"] * (n * hours), "launches": np.full(n * hours, 100, np.int64),
-        "total_ns": np.rint(values.reshape(-1) * 100).astype(np.int64), "sampling_duty": np.ones(n * hours),
-    }
-    tbl = pa.table(cols)  # noqa: F841 (read by DuckDB)
+    tbl = kernel_rows(values, T0)  # noqa: F841 (read by DuckDB)
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
     refresh_hourly(con, "kernels", hour_ts[0], hour_ts[-1])  # the hourly rollups the series read
     cfg = DetectConfig(series=("kernel_mean_ns",), **config)

@@ -15,9 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from analytics import fleet_calibration as fc  # noqa: E402
@@ -25,7 +22,7 @@ from analytics import online  # noqa: E402
 from analytics.detect import DetectConfig  # noqa: E402
 from analytics.store import connect  # noqa: E402
 from analytics.store.schema import refresh_hourly  # noqa: E402
-from simulator.corpus import make_corpus  # noqa: E402
+from simulator.corpus import kernel_rows, make_corpus  # noqa: E402
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
@@ -37,17 +34,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cfg = DetectConfig(series=("kernel_mean_ns",))
     hours = online.lookback_hours(cfg.seq) + 24 * a.days
-    n, m = a.series, a.series * hours
+    n = a.series
     values = make_corpus(n, hours=hours, seed=90, step_fraction=0.0, improvement_fraction=0.0).values
     con = connect(Path(tempfile.mkdtemp()) / "w.duckdb")
     ts = [T0 + dt.timedelta(hours=h) for h in range(hours)]
-    tbl = pa.table({  # noqa: F841 (read by DuckDB)
-        "window_start": pa.array(np.tile(np.array([h.replace(tzinfo=None) for h in ts], dtype="datetime64[us]"), n),
-                                 pa.timestamp("us", tz="UTC")),
-        "window_s": np.full(m, 3600, np.int32), "host": ["h"] * m, "gpu_uuid": ["GPU-0"] * m,
-        "job": np.repeat([f"job{i}" for i in range(n)], hours).tolist(), "kernel": ["k"] * m, "kernel_id": ["kid"] * m,
-        "launches": np.full(m, 100, np.int64), "total_ns": np.rint(values.reshape(-1) * 100).astype(np.int64),
-        "sampling_duty": np.ones(m)})
+    tbl = kernel_rows(values, T0)  # noqa: F841 (read by DuckDB)
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
     refresh_hourly(con, "kernels", ts[0], ts[-1])
     t0 = time.perf_counter()

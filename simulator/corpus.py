@@ -105,3 +105,24 @@ def make_corpus(
     values = base[:, None] * np.exp(ar + diurnal + drift + step) * (1 + spikes)
     return Corpus(values, onset, k, step_pct, sigma, has_step, mean_log=np.log(base)[:, None] + diurnal + drift,
                   outlier_log=np.log1p(spikes), phi=phi, df=df)
+
+
+def kernel_rows(values: np.ndarray, start):
+    """The corpus as raw ``kernels`` rows (a pyarrow Table), one kernel per series on its own job
+    (``job00``, ``job01``, ...: series i is job i), one 1-h window per hour with 100 launches whose
+    mean is the series' value; ``start`` is the UTC datetime of column 0. Loaded with
+    ``INSERT INTO kernels BY NAME`` and ``refresh_hourly``, it is a warehouse whose
+    ``kernel_mean_ns`` series are the corpus (benchmarks and tests of the hourly path)."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    n, hours = values.shape
+    m, width = n * hours, len(str(max(n - 1, 0)))
+    hour_ts = np.array([(start + dt.timedelta(hours=h)).replace(tzinfo=None) for h in range(hours)], dtype="datetime64[us]")
+    return pa.table({
+        "window_start": pa.array(np.tile(hour_ts, n), pa.timestamp("us", tz="UTC")),
+        "window_s": np.full(m, 3600, np.int32), "host": ["h"] * m, "gpu_uuid": ["GPU-0"] * m,
+        "job": np.repeat([f"job{i:0{width}d}" for i in range(n)], hours).tolist(), "kernel": ["k"] * m,
+        "kernel_id": ["kid"] * m, "launches": np.full(m, 100, np.int64),
+        "total_ns": np.rint(values.reshape(-1) * 100).astype(np.int64), "sampling_duty": np.ones(m)})

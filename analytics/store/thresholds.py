@@ -5,6 +5,7 @@ whose ``method`` is its statistic's version; none, or only rows of another metho
 
 from __future__ import annotations
 
+from analytics.store.regressions import has_table
 from analytics.store.tx import transaction
 
 DDL = """
@@ -37,7 +38,7 @@ def save(con, c) -> None:
 
 def current(con, method: str) -> tuple[float, ...] | None:
     """The newest stored thresholds of ``method``, or None."""
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'detector_thresholds'").fetchone()[0]:
+    if not has_table(con, "detector_thresholds"):
         return None
     row = con.execute("SELECT thresholds FROM detector_thresholds WHERE method = ? ORDER BY calibrated_at DESC, as_of DESC "
                       "LIMIT 1", [method]).fetchone()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
@@ -19,7 +18,7 @@ from analytics.store import connect
 from analytics.store import thresholds as stored
 from analytics.store.schema import refresh_hourly
 from app.cli import app
-from simulator.corpus import make_corpus
+from simulator.corpus import kernel_rows, make_corpus
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 L = online.lookback_hours(sq.SequentialConfig())
@@ -36,14 +35,7 @@ def _warehouse(path, n: int = 30, seed: int = 77, step_last_hours: int = 0):
         values[0, -step_last_hours:] *= 1.15
     con = connect(path)
     hour_ts = [T0 + dt.timedelta(hours=h) for h in range(HOURS)]
-    m = n * HOURS
-    tbl = pa.table({  # noqa: F841 (read by DuckDB)
-        "window_start": pa.array(np.tile(np.array([h.replace(tzinfo=None) for h in hour_ts], dtype="datetime64[us]"), n),
-                                 pa.timestamp("us", tz="UTC")),
-        "window_s": np.full(m, 3600, np.int32), "host": ["h"] * m, "gpu_uuid": ["GPU-0"] * m,
-        "job": np.repeat([f"job{i:02d}" for i in range(n)], HOURS).tolist(), "kernel": ["k"] * m, "kernel_id": ["kid"] * m,
-        "launches": np.full(m, 100, np.int64), "total_ns": np.rint(values.reshape(-1) * 100).astype(np.int64),
-        "sampling_duty": np.ones(m)})
+    tbl = kernel_rows(values, T0)  # noqa: F841 (read by DuckDB)
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
     refresh_hourly(con, "kernels", hour_ts[0], hour_ts[-1])
     return con, values, hour_ts[-1]
