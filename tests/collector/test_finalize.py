@@ -234,6 +234,17 @@ def fake_cupti(monkeypatch):
     return mod
 
 
+def _application(fake_cupti, until: threading.Event, name: str = "app") -> threading.Thread:
+    """A started application thread making a CUDA call every 0.5 ms until ``until`` is set."""
+    def calls():
+        while not until.is_set():
+            fake_cupti.api_call()
+            time.sleep(0.0005)
+    app = threading.Thread(target=calls, name=name)
+    app.start()
+    return app
+
+
 def test_a_late_callback_of_an_old_generation_cannot_complete_a_new_round(fake_cupti, monkeypatch):
     """Round 1: a callback claims and its cuptiFinalize hangs past the collector's limit (RuntimeError).
     Round 2: that old callback returns while round 2 is armed; round 2 must not report "callback"
@@ -252,12 +263,7 @@ def test_a_late_callback_of_an_old_generation_cannot_complete_a_new_round(fake_c
     fake_cupti.finalize = slow_finalize
     f = DetachFinalizer("callback", timeout_s=0.2)
 
-    def calls_until_claimed():  # an application thread; its first API exit while armed claims round 1
-        while not entered.is_set():
-            fake_cupti.api_call()
-            time.sleep(0.0005)
-    app = threading.Thread(target=calls_until_claimed, name="old-app")
-    app.start()
+    app = _application(fake_cupti, entered, "old-app")  # its first API exit while armed claims round 1
     with pytest.raises(RuntimeError, match="did not return"):
         f.finalize()
     assert entered.is_set()
@@ -336,13 +342,10 @@ def test_a_callback_failing_before_its_finalize_is_handed_on(fake_cupti):
     fake_cupti.unsubscribe = unsubscribe
     f = DetachFinalizer("callback", timeout_s=2.0)
 
-    def app_calls():
-        for _ in range(200):
-            fake_cupti.api_call()
-            time.sleep(0.001)
-    app = threading.Thread(target=app_calls, name="app")
-    app.start()
+    returned = threading.Event()
+    app = _application(fake_cupti, returned)
     how = f.finalize()
+    returned.set()
     app.join(5)
     assert how == "fallback" and f.summary()["fallback"] == 1
     assert fake_cupti.finalized_on == [threading.current_thread().name]  # the fallback, on the collector's thread
@@ -365,12 +368,7 @@ def test_a_callback_failing_after_the_collector_stopped_waiting_is_handed_on(fak
     fake_cupti.finalize = slow_failing_finalize
     f = DetachFinalizer("callback", timeout_s=0.2)
 
-    def app_calls():
-        while not entered.is_set():
-            fake_cupti.api_call()
-            time.sleep(0.0005)
-    app = threading.Thread(target=app_calls, name="app")
-    app.start()
+    app = _application(fake_cupti, entered)
     with pytest.raises(RuntimeError, match="did not return"):
         f.finalize()
     assert f.take_unraised() == []
