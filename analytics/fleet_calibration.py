@@ -135,7 +135,9 @@ def calibrate_history(hist: History, *, target: float = 0.75, min_series_days: f
     series_days = float(tested.sum()) / 24
     if series_days < min_series_days:
         raise ValueError(f"{series_days:,.0f} clean series-days the hourly path tested in the last {hist.days} days "
-                         f"(of {S.shape[0]} series); calibration needs at least {min_series_days:,.0f}")
+                         f"(of {S.shape[0]} series); calibration needs at least {min_series_days:,.0f} (the path tests "
+                         f"a series once it has {config.seq_min_history} h of history, and each replayed run reads "
+                         f"the {L} h before it)")
     h, p, rate = calibrate_stats(runs, S, V, Z, target, cfg, series_days=series_days)
     return Calibration(online.model_version(cfg, config.seq_min_history), hist.as_of, target, float(rate),
                        int(tested.any(axis=1).sum()), series_days, float(p), tuple(float(x) for x in h))
