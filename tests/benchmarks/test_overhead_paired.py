@@ -84,3 +84,34 @@ def test_workers_rotate_their_order_and_a_cut_run_keeps_its_finished_reps(tmp_pa
     with pytest.raises(SystemExit, match="worker bad failed with 5"):
         overhead.run_interleaved(str(script), 1, ["a", "bad"], [], lambda m, r: m, str(ck))
     assert [r["mode"] for r in json.loads(ck.read_text())["runs"]] == ["a"]
+
+
+def _cycled(a_ms: list[float], b_ms: list[float]) -> dict:
+    """A worker result of the alternating layout, phases of 30 s back to back (B midway between its As)."""
+    mids = [30.0 * i for i in range(len(a_ms) + len(b_ms))]
+    return {"a_s_per_step": [x * 1e-3 for x in a_ms], "b_s_per_step": [x * 1e-3 for x in b_ms],
+            "a_mid_s": mids[0::2], "b_mid_s": mids[1::2]}
+
+
+def test_each_traced_phase_is_read_against_its_own_neighbours():
+    """A process that speeds up fast at first and then slowly (1.00, 0.92, 0.91 ms untraced): each
+    B is compared with the two A phases around it, so a 2 % overhead reads as 2 % in both cycles;
+    against the first A it would read as a gain."""
+    r = _cycled([1.00, 0.92, 0.91], [0.96 * 1.02, 0.915 * 1.02])
+    p = paired.per_process(r)
+    assert p["phase_ratios"] == pytest.approx([1.02, 1.02])
+    assert p["ratio"] == pytest.approx(1.02)
+    assert p["after_stop"] == pytest.approx(0.91)
+    assert p["ratio_vs_a1"] < 1.0
+
+
+def test_both_layouts_summarize_together():
+    old = _runs(1.02, 1.0, 3, seed=7)
+    new = [{"mode": "cudawatch", "rep": 3 + i, "results": {"launch": _cycled([1.0, 1.0, 1.0], [1.02, 1.02])}} for i in range(3)]
+    s = paired.summarize(old + new)["launch"]["cudawatch"]
+    assert s["processes"] == 6 and abs(s["ratio"] - 1.02) < 0.004
+
+
+def test_zero_cycles_are_refused_before_any_gpu_work():
+    with pytest.raises(SystemExit, match="--cycles must be at least 1"):
+        paired.worker("cudawatch", "launch", 1.0, 0.0, cycles=0)
