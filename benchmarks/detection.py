@@ -20,7 +20,7 @@ Thresholds of the GLR rows are calibrated (analytics.calibration) on separate cl
 ``--target`` false alarms per 1,000 series-days; false alarms are then measured on other clean
 seeds (>= 30,000 series-days by default), recall on step seeds, all seeds unused for tuning.
 
-    .venv/bin/python benchmarks/detection.py                       # full size, ~28 min on 2 shared cores
+    .venv/bin/python benchmarks/detection.py                       # full size, ~49 min on 2 shared cores (2026-12-05)
     .venv/bin/python benchmarks/detection.py --quick               # small sizes, ~2 min
 
 A detection matches a step when its onset is within +-3 h; time to detection counts hourly runs
@@ -166,14 +166,14 @@ def print_cost(sp: dict, cfg) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    ap.add_argument("--cal-series", type=int, default=12000, help="clean calibration series (seeds 101+)")
+    ap.add_argument("--cal-series", type=int, default=36000, help="clean calibration series (seeds 101+)")
     ap.add_argument("--clean-series", type=int, default=4400, help="clean test series (seed 11): 7 days each")
     ap.add_argument("--step-series", type=int, default=2400, help="test series with one regression step (seed 12)")
     ap.add_argument("--old-series", type=int, default=300, help="step and clean series each for detect_regressions")
     ap.add_argument("--slow-series", type=int, default=150, help="step and clean series each for Otava and PELT")
     ap.add_argument("--speed-series", type=int, default=100_000)
     ap.add_argument("--history-sweep", type=int, default=0, help="only the history sweep on this many clean series (seed 32)")
-    ap.add_argument("--target", type=float, default=0.75, help="calibration target, false alarms per 1,000 series-days")
+    ap.add_argument("--target", type=float, default=0.9, help="calibration target, false alarms per 1,000 series-days")
     ap.add_argument("--thresholds", default="",
                     help="with --product-only: comma-separated thresholds for m = 3..12 instead of calibrating on --cal-series "
                          "(e.g. those benchmarks/calibration_size.py printed for the same seed-101 series and target)")
