@@ -20,7 +20,7 @@ Thresholds of the GLR rows are calibrated (analytics.calibration) on separate cl
 ``--target`` false alarms per 1,000 series-days; false alarms are then measured on other clean
 seeds (>= 30,000 series-days by default), recall on step seeds, all seeds unused for tuning.
 
-    .venv/bin/python benchmarks/detection.py                       # full size, ~49 min on 2 shared cores (2026-12-05)
+    .venv/bin/python benchmarks/detection.py                       # full size, ~62 min on 2 shared cores (2026-12-05)
     .venv/bin/python benchmarks/detection.py --quick               # small sizes, ~2 min
 
 A detection matches a step when its onset is within +-3 h; time to detection counts hourly runs
