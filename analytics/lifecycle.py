@@ -20,12 +20,22 @@ from analytics.store.regressions import OPEN
 from analytics.trend import severity_of
 
 
-__all__ = ["MAX_MAGNITUDE_PCT", "DetectConfig", "Step", "find_steps", "find_absence", "Candidate", "candidate", "update_open", "dedup"]
+__all__ = ["MAX_MAGNITUDE_PCT", "HOURLY_MAX_PVALUE", "DetectConfig", "Step", "find_steps", "find_absence", "Candidate", "candidate", "update_open", "dedup"]
 
 #: Preference when several series show one event of the same kernel (most specific first).
 _PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share": 2, "kernel_time_share": 3, "kernel_presence": 3,
              "memcpy_ns_per_byte": 4, "job_gpu_busy_s": 5, "job_busy_share": 5, "gpu_sm_clock_mhz": 6,
              "gpu_mem_clock_mhz": 7}
+
+#: ``DetectConfig.max_pvalue``: the significance the hourly path's change points need (series with
+#: less than ``online.MIN_HISTORY_HOURS`` of history, and the families the sequential detector
+#: never tests: GPU clocks). Replaying that path on short-history corpus series (48-167 h before
+#: the first run; benchmarks/changepoint_fa.py, 2026-12-05) gave 1.92 false regressions per 1,000
+#: clean series-days at 1e-6 (60 on 31,182 series-days; check seed 1.84), 1.03 at 1e-7 and 0.90 at
+#: 5e-8 (28; check seed 0.87): 5e-8 is the largest value measured at <= 1. It costs recall: a 4-sigma
+#: step found within 6 runs 0.64 -> 0.47, a 6-sigma one 0.94 -> 0.89 (docs/detection.md, "The
+#: change-point path's false-alarm rate"). ``changepoint.DEFAULTS`` (direct calls) keeps 1e-6.
+HOURLY_MAX_PVALUE = 5e-8
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,8 @@ class DetectConfig:
     lookback_hours: trailing window each run analyses. tail_hours: change points older than this
     when first seen are history, not new events. min_points: fewest valid hours a series needs.
     min_reference_hours: fewest valid hours before a change point for it to become a regression.
-    min_size, window, max_pvalue, min_magnitude_pct: passed to detect_change_points.
+    min_size, window, max_pvalue, min_magnitude_pct: passed to detect_change_points (max_pvalue:
+    ``HOURLY_MAX_PVALUE``, stricter than ``changepoint.DEFAULTS``).
     went_away_hours: a step that reverts within this many hours is recorded as went_away.
     dedup_hours: events of one kernel/job/GPU whose onsets are this close are one event.
     min_share: kernel-level events below this share of their job's GPU time are not raised (0: all).
@@ -57,7 +68,7 @@ class DetectConfig:
     min_reference_hours: int = 12
     min_size: int = 3
     window: int = 48
-    max_pvalue: float = 1e-6
+    max_pvalue: float = HOURLY_MAX_PVALUE
     min_magnitude_pct: float = 2.0
     went_away_hours: int = 6
     dedup_hours: int = 6

@@ -101,11 +101,13 @@ def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig()):
 # --------------------------------------------------------------------------- the previous hourly path
 
 
-def old_detect_regressions(values, start, **config):
+def old_detect_regressions(values, start, *, went_away: bool = False, **config):
     """``analytics.detect.detect_regressions`` run for every hour from ``start``, on a DuckDB
-    warehouse holding the series as one kernel each (window = hour, 100 launches). config:
-    DetectConfig fields (``sequential=False``: the previous path, change points only)."""
+    warehouse holding the series as one kernel each (window = hour, 100 launches; a NaN hour has
+    no row). config: DetectConfig fields (``sequential=False``: the previous path, change points
+    only). went_away: also return the events stored as went_away."""
     import duckdb
+    import pyarrow as pa
 
     from analytics.detect import DetectConfig, detect_regressions
     from analytics.store.schema import ensure_schema, refresh_hourly
@@ -115,13 +117,14 @@ def old_detect_regressions(values, start, **config):
     con = duckdb.connect()
     ensure_schema(con)
     hour_ts = [T0 + dt.timedelta(hours=h) for h in range(hours)]
-    tbl = kernel_rows(values, T0)  # noqa: F841 (read by DuckDB)
+    ok = ~np.isnan(values)
+    tbl = kernel_rows(np.where(ok, values, 1.0), T0).filter(pa.array(ok.reshape(-1)))  # noqa: F841 (read by DuckDB)
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
     refresh_hourly(con, "kernels", hour_ts[0], hour_ts[-1])  # the hourly rollups the series read
     cfg = DetectConfig(series=("kernel_mean_ns",), **config)
     for t in range(start, hours):
         detect_regressions(con, hour_ts[t], cfg)
-    rows = con.execute("SELECT job, onset, detected_at FROM regressions WHERE status <> 'went_away'").fetchall()
+    rows = con.execute("SELECT job, onset, detected_at FROM regressions" + ("" if went_away else " WHERE status <> 'went_away'")).fetchall()
     out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for job, onset, det in rows:
         out[int(job[3:])].append((round((onset - T0).total_seconds() / 3600), round((det - T0).total_seconds() / 3600)))
