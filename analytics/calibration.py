@@ -7,11 +7,12 @@ would report — and returns the thresholds for which the replay raises ``target
 alerts per 1,000 series-days, counted as the event lifecycle counts them (``count_alerts``: alarms
 of one series within ``hold_hours`` of an alert's onset are that alert).
 
-The thresholds share one tail probability: h[m-1] is the (1 - p) quantile of the statistic of
-window length m over all clean series-hours (``tail_quantile``), and p is found by bisection on the
-alert count. One
-p for all windows spreads the false-alarm budget evenly over window lengths (short windows, fast
-detection of large steps; long windows, small steps), without per-series tuning.
+The thresholds share one tail probability p, weighted per window length: h[m-1] is the
+(1 - p w_m) quantile of the statistic of window length m over all clean series-hours
+(``tail_quantile``), and p is found by bisection on the alert count. Equal weights spread the
+false-alarm budget evenly over window lengths (short windows, fast detection of large steps; long
+windows, small steps); ``weights`` move it between them (the product's choice:
+``analytics.fleet_calibration.WINDOW_WEIGHTS``), without per-series tuning.
 """
 
 from __future__ import annotations
@@ -66,13 +67,20 @@ def tail_quantile(sorted_stats: np.ndarray, p: float, anchor: float = 1e-3) -> f
     return q2 + float(np.log(anchor / p)) / rate
 
 
-def _quantiles(sorted_stats: list[np.ndarray], p: float) -> np.ndarray:
-    return np.array([tail_quantile(s, p) for s in sorted_stats])
+def window_weights(weights, max_window: int) -> np.ndarray:
+    """(max_window,) tail-probability weights of window lengths m = 1..max_window from ``weights``
+    (one per window length from m = 1, the last repeated; None: all 1)."""
+    w = np.ones(1) if weights is None or len(weights) == 0 else np.asarray(weights, float)
+    return np.r_[w, np.full(max(0, max_window - w.size), w[-1])][:max_window]
+
+
+def _quantiles(sorted_stats: list[np.ndarray], p: float, w: np.ndarray) -> np.ndarray:
+    return np.array([tail_quantile(s, min(0.5, p * wm)) for s, wm in zip(sorted_stats, w)])
 
 
 def calibrate_thresholds(stats: np.ndarray, usable: np.ndarray, onset_of, *, series_days: float, target_per_1000_days: float,
                          hold_hours: int, min_len: int, run_hours: np.ndarray | None = None, eligible: np.ndarray | None = None,
-                         iterations: int = 40) -> tuple[np.ndarray, float, float]:
+                         iterations: int = 40, weights=None) -> tuple[np.ndarray, float, float]:
     """Thresholds (max_window,) for ``target_per_1000_days`` alerts on the clean replay.
 
     stats: (series, runs, M) GLR per window length; usable: same shape, True where the window may
@@ -80,14 +88,16 @@ def calibrate_thresholds(stats: np.ndarray, usable: np.ndarray, onset_of, *, ser
     count beyond the window: the onset is taken as the argmax window, as analytics.sequential does;
     pass ``onset_of`` = (series, runs) onset hours of each run's argmax window. eligible: (series,
     runs), False where the alarm rule holds a run back whatever the thresholds.
-    series_days: regression-free series-days the replay covers. Returns (thresholds, p, rate):
-    the rate (alerts per 1,000 series-days) the replay raises at those thresholds.
+    series_days: regression-free series-days the replay covers. weights: relative tail probability
+    of each window length (``window_weights``; None: one p for all). Returns (thresholds, p, rate):
+    the rate (alerts per 1,000 series-days) the replay raises at those thresholds (p: the weight-1 tail).
     """
     n, R, M = stats.shape
+    w = window_weights(weights, M)
     flat = [np.sort(stats[:, :, m][usable[:, :, m]]) if m + 1 >= min_len else np.zeros(0) for m in range(M)]
 
     def rate(p):
-        h = _quantiles(flat, p)
+        h = _quantiles(flat, p, w)
         alarm = (np.where(usable, stats, -np.inf) > h[None, None, :]).any(axis=2)
         if eligible is not None:
             alarm &= eligible

@@ -29,6 +29,9 @@ from analytics import sequential as sq
 HOLD_HOURS = 72
 #: Fewest clean series-days ``calibrate_warehouse`` accepts by default.
 MIN_SERIES_DAYS = 10_000
+#: Relative share of the false-alarm tail probability per window length m = 1, 2, ... (the last
+#: repeats; ``analytics.calibration.window_weights``).
+WINDOW_WEIGHTS: tuple[float, ...] = (1.0,)
 
 
 def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.SequentialConfig(), *, bad: int = 1,
@@ -60,17 +63,17 @@ def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.S
 
 
 def calibrate_stats(runs, S, V, Z, target: float, cfg: sq.SequentialConfig = sq.SequentialConfig(),
-                    series_days: float | None = None):
+                    series_days: float | None = None, weights=WINDOW_WEIGHTS):
     """Thresholds for ``target`` alerts per 1,000 series-days on replayed clean statistics: returns
     (thresholds, tail p, rate on these statistics). ``series_days`` defaults to the series-runs the
-    path tested / 24."""
+    path tested / 24; ``weights``: the tail probability's share per window length."""
     _, arg, usable = sq.alarm_rule(S, V, np.full(cfg.max_window, np.inf), cfg)
     placed = np.take_along_axis(Z, arg[..., None], axis=-1)[..., 0] < cfg.ref_z
     if series_days is None:
         series_days = float(np.isfinite(S).any(axis=-1).sum()) / 24
     return cal.calibrate_thresholds(S, usable, runs[None, :] - arg, series_days=series_days, target_per_1000_days=target,
                                     hold_hours=HOLD_HOURS, min_len=cfg.min_len, run_hours=runs,
-                                    eligible=(arg < cfg.max_window - 1) & placed)
+                                    eligible=(arg < cfg.max_window - 1) & placed, weights=weights)
 
 
 @dataclass(frozen=True)

@@ -93,9 +93,11 @@ def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
     return cal.first_alerts(alarm, runs[None, :] - arg, HOLD, runs)
 
 
-def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig()):
-    """Thresholds for ``target`` on replayed clean statistics (every series of the corpus counts its runs)."""
-    return fleet_calibration.calibrate_stats(runs, S, V, Z, target, cfg, series_days=S.shape[0] * runs.size / 24)
+def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig(), weights=fleet_calibration.WINDOW_WEIGHTS):
+    """Thresholds for ``target`` on replayed clean statistics (every series of the corpus counts its
+    runs); ``weights``: tail-probability share per window length (the product's by default)."""
+    return fleet_calibration.calibrate_stats(runs, S, V, Z, target, cfg, series_days=S.shape[0] * runs.size / 24,
+                                             weights=weights)
 
 
 # --------------------------------------------------------------------------- the previous hourly path

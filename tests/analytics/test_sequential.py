@@ -160,6 +160,25 @@ def test_calibration_hits_the_target_on_a_replay():
     assert np.allclose(h[1:], -np.log(p), atol=0.4)  # exponential tail: the (1 - p) quantile is -log p
 
 
+def test_calibration_weights_move_the_budget_between_window_lengths():
+    """A window length with 4x the tail weight gets a lower threshold (by log 4 on an exponential
+    tail), the others a higher one, and the replay still raises the target rate."""
+    rng = np.random.default_rng(11)
+    n, runs, M = 300, 24 * 20, 4
+    stats = rng.exponential(1.0, (n, runs, M))
+    usable = np.ones_like(stats, dtype=bool)
+    usable[..., 0] = False
+    onset = np.broadcast_to(np.arange(runs), (n, runs))
+    kw = dict(series_days=n * runs / 24, target_per_1000_days=5.0, hold_hours=24, min_len=2)
+    h0, _, _ = cal.calibrate_thresholds(stats, usable, onset, **kw)
+    h, p, rate = cal.calibrate_thresholds(stats, usable, onset, weights=(1, 4, 1), **kw)
+    assert cal.window_weights((1, 4, 1), 5).tolist() == [1, 4, 1, 1, 1]
+    assert cal.window_weights(None, 3).tolist() == [1, 1, 1]
+    assert 3.5 <= rate <= 5.0
+    assert h[1] < h0[1] and (h[2:] > h0[2:]).all()
+    assert h[2] - h[1] == pytest.approx(np.log(4), abs=0.4)
+
+
 def test_count_alerts_one_per_event():
     alarm = np.array([[0, 1, 1, 1, 0, 0, 0, 0, 1, 1]], dtype=bool)
     onset = np.array([[0, 1, 1, 2, 0, 0, 0, 0, 8, 8]])
