@@ -71,6 +71,8 @@ def window_weights(weights, max_window: int) -> np.ndarray:
     """(max_window,) tail-probability weights of window lengths m = 1..max_window from ``weights``
     (one per window length from m = 1, the last repeated; None: all 1)."""
     w = np.ones(1) if weights is None or len(weights) == 0 else np.asarray(weights, float)
+    if not (np.isfinite(w).all() and (w > 0).all()):
+        raise ValueError(f"window weights must be positive and finite: {tuple(w.tolist())}")
     return np.r_[w, np.full(max(0, max_window - w.size), w[-1])][:max_window]
 
 

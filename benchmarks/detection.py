@@ -18,9 +18,11 @@ same one-alert-per-event rule. Rows:
 
 Thresholds of the GLR rows are calibrated (analytics.calibration) on separate clean seeds for
 ``--target`` false alarms per 1,000 series-days; false alarms are then measured on other clean
-seeds (>= 30,000 series-days by default), recall on step seeds, all seeds unused for tuning.
+seeds (>= 30,000 series-days by default), recall on step seeds, all seeds unused for tuning. Each
+GLR row is calibrated with the product's tail-probability weights per window length
+(``analytics.fleet_calibration.WINDOW_WEIGHTS``) and again with equal weights (rows tagged so).
 
-    .venv/bin/python benchmarks/detection.py                       # full size, ~62 min on 2 shared cores (2026-12-05)
+    .venv/bin/python benchmarks/detection.py                       # full size, ~33 min on 2 cores (2026-12-05 13:10, with the equal-weight rows)
     .venv/bin/python benchmarks/detection.py --quick               # small sizes, ~2 min
 
 A detection matches a step when its onset is within +-3 h; time to detection counts hourly runs
@@ -41,6 +43,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from analytics import calibration as cal_module  # noqa: E402
+from analytics import fleet_calibration  # noqa: E402
 from analytics import online  # noqa: E402
 from analytics import sequential as sq  # noqa: E402
 from benchmarks import detection_rows as rows  # noqa: E402
@@ -53,6 +57,8 @@ ONSETS = (HISTORY + 12, HOURS - 13)  # every step has 12 runs after it
 MATCH_H = 3
 K_SHOW = (1.0, 2.0, 3.0, 4.0, 6.0, 10.0)
 CW = "**cudawatch hourly path** (analytics.online, as detect_regressions runs it)"
+EQUAL = (1.0,)
+EQUAL_TAG = ", equal weights per window length"
 
 
 def corpus(n, seed, steps: bool):
@@ -214,20 +220,29 @@ def main(argv=None) -> int:
         "robust oracle (noise model known, outlier hours not)": lambda c: rows.oracle_stats(c, HISTORY, clairvoyant=False),
     }
     glr_rows[CW] = lambda c: rows.product_stats(c.values, HISTORY, cfg)
-    timing = {}
-    for name, fn in glr_rows.items():
-        if given is not None:
-            h, note = given, "thresholds given on the command line (not calibrated in this run)"
-        else:
-            h, p, rate = rows.calibrate(*fn(cal), args.target, cfg)
-            note = f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
-        thresholds[name] = h
-        t0 = time.perf_counter()
-        a_steps = rows.alerts_from_stats(*fn(steps), h, cfg)
-        a_clean = rows.alerts_from_stats(*fn(clean), h, cfg)
-        timing[name] = time.perf_counter() - t0
-        results[name] = score(a_steps, a_clean, steps, args.clean_series)
-        notes[name] = note
+    # each GLR row under the product's calibration weights, and (not with --thresholds) under equal
+    # weights per window length: what the weighting buys and costs, the oracles' included
+    weightings = {"": fleet_calibration.WINDOW_WEIGHTS}
+    if given is None and np.ptp(cal_module.window_weights(fleet_calibration.WINDOW_WEIGHTS, cfg.max_window)) > 0:
+        weightings[EQUAL_TAG] = EQUAL
+    for row_name, fn in glr_rows.items():
+        calibrated = {}
+        if given is None:
+            cal_stats = fn(cal)
+            for tag, weights in weightings.items():
+                h, p, rate = rows.calibrate(*cal_stats, args.target, cfg, weights=weights)
+                calibrated[tag] = h, f"calibrated at {rate:.2f} / 1,000 series-days (tail p {p:.1e})"
+            del cal_stats
+        step_stats, clean_stats = fn(steps), fn(clean)
+        for tag in weightings:
+            name = row_name + tag
+            h, note = calibrated.get(tag, (given, "thresholds given on the command line (not calibrated in this run)"))
+            thresholds[name] = h
+            a_steps = rows.alerts_from_stats(*step_stats, h, cfg)
+            a_clean = rows.alerts_from_stats(*clean_stats, h, cfg)
+            results[name] = score(a_steps, a_clean, steps, args.clean_series)
+            notes[name] = note
+        del step_stats, clean_stats
     if args.product_only:
         args.speed_series = 0
     else:
