@@ -30,8 +30,11 @@ HOLD_HOURS = 72
 #: Fewest clean series-days ``calibrate_warehouse`` accepts by default.
 MIN_SERIES_DAYS = 10_000
 #: Relative share of the false-alarm tail probability per window length m = 1, 2, ... (the last
-#: repeats; ``analytics.calibration.window_weights``).
-WINDOW_WEIGHTS: tuple[float, ...] = (1.0,)
+#: repeats; ``analytics.calibration.window_weights``): 2.5x to the shortest alarming window (3 h, the
+#: one that finds a step within 3 runs), half to windows of 7 h and more (whose small steps the
+#: 12-run recall keeps). Chosen on the development seeds with benchmarks/early_recall.py (k=3σ
+#: within 3 runs 0.21 -> 0.31, k=4σ 0.70 -> 0.78, within 12 0.98 -> 0.96; docs/detection.md).
+WINDOW_WEIGHTS: tuple[float, ...] = (1.0, 1.0, 2.5, 1.0, 1.0, 1.0, 0.5)
 
 
 def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.SequentialConfig(), *, bad: int = 1,

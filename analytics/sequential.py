@@ -83,16 +83,14 @@ class SequentialConfig:
 
 
 #: Version of DEFAULT_THRESHOLDS (change it with the numbers; events do not store it).
-THRESHOLDS_VERSION = "2026-12-04.2"
-#: Thresholds on the GLR (log-likelihood ratio) per window length m = 1..12 hours, set by
-#: ``analytics.calibration.calibrate_thresholds`` through the product's hourly path
-#: (analytics.online) on the benchmark's clean calibration seed 101 (36,000 series x 7 days of
-#: hourly runs, 16 days of history) for 0.9 false alarms per 1,000 series-days, chosen on the
-#: development seeds 202/201 (0.79 there; benchmarks/calibration_size.py) and measured once on the
-#: held-out seeds: 0.97 (docs/benchmarks.md, 2026-12-04). 2026-12-04.1: 12,000 series, 0.75. The
-#: statistic has the random-walk drift term (``drift_var``); `benchmarks/detection.py --product-only
-#: --cal-series 36000 --target 0.9` reproduces these numbers. Windows shorter than min_len never alarm.
-DEFAULT_THRESHOLDS: tuple[float, ...] = (np.inf, np.inf, 10.64, 10.75, 10.89, 11.06, 11.20, 11.42, 11.54, 11.67, 11.85, 12.06)
+THRESHOLDS_VERSION = "2026-12-05.1"
+#: Thresholds on the GLR per window length m = 1..12 h: ``analytics.calibration.calibrate_thresholds``
+#: through the hourly path on the benchmark's clean seed 101 (36,000 series x 7 days of runs) for 0.9
+#: false alarms per 1,000 series-days, tail weighted per window length (``fleet_calibration.WINDOW_WEIGHTS``,
+#: chosen on development seeds); held-out 2026-12-05: 0.88 false, k=3σ within 3 runs 0.32
+#: (docs/benchmarks.md; `benchmarks/detection.py --product-only` reproduces them). 2026-12-04.2: equal
+#: weights (0.97, 0.21). Windows shorter than min_len never alarm.
+DEFAULT_THRESHOLDS: tuple[float, ...] = (np.inf, np.inf, 9.86, 11.03, 11.17, 11.35, 12.38, 12.64, 12.77, 12.93, 13.15, 13.39)
 
 
 @dataclass(frozen=True)
