@@ -177,6 +177,9 @@ def test_calibration_weights_move_the_budget_between_window_lengths():
     assert 3.5 <= rate <= 5.0
     assert h[1] < h0[1] and (h[2:] > h0[2:]).all()
     assert h[2] - h[1] == pytest.approx(np.log(4), abs=0.4)
+    for bad in ((1, 0, 1), (1, -2), (1, np.nan)):
+        with pytest.raises(ValueError, match="positive and finite"):
+            cal.window_weights(bad, 5)
 
 
 def test_count_alerts_one_per_event():
