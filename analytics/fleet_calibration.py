@@ -38,11 +38,12 @@ WINDOW_WEIGHTS: tuple[float, ...] = (1.0, 1.0, 2.5, 1.0, 1.0, 1.0, 0.5)
 
 
 def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.SequentialConfig(), *, bad: int = 1,
-                 min_history: int | None = None, first_hour_of_day: int = 0):
+                 min_history: int | None = None, first_hour_of_day: int = 0, model_hook=None):
     """Hourly replay of the sequential path on a (series x hours) matrix, one run per hour from
     ``start``: returns (runs, S, V, Z), the statistic, validity and reference z of every series,
     run and window length (-inf where the path did not test the series). ``first_hour_of_day``: the
-    UTC hour of column 0."""
+    UTC hour of column 0. ``model_hook(rows, model) -> model`` replaces each day's fitted model
+    (benchmarks: a model with some parameters known)."""
     n, hours = values.shape
     L = online.lookback_hours(cfg)
     runs = np.arange(start, hours)
@@ -58,6 +59,8 @@ def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.S
         hod = (first_hour_of_day + t) % 24
         if res is None or hod == 0:
             res = online.fit_day(v, hod, bad=bad, config=cfg, **kw)
+            if model_hook is not None:
+                res = res[0], model_hook(*res)
         rows_, model = res
         if rows_.size:
             sc = online.scan_stats(v, hod, bad=bad, config=cfg, model=model, rows=rows_)

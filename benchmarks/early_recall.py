@@ -12,7 +12,8 @@ read here.
 A variant is ``field=value`` of ``analytics.sequential.SequentialConfig`` joined by ``+`` (e.g.
 ``min_len=2+ref_z=4``; ``ref_z=off`` disables the hold-back), ``weights=(w1, w2, ...)``: the
 calibration's tail-probability share per window length m = 1, 2, ... (the last repeats;
-``analytics.fleet_calibration.WINDOW_WEIGHTS`` when not given), or one of the special words:
+``analytics.fleet_calibration.WINDOW_WEIGHTS`` when not given, so ``default`` is the shipped weighting and
+``weights=(1,)`` the equal split of thresholds 2026-12-04.2), or one of the special words:
 
 - ``true_noise``: the day's noise model with the simulator's true AR coefficient and innovation
   scale (level, cycle, outlier law and drift still estimated): what estimating phi and the
@@ -49,7 +50,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from analytics import online  # noqa: E402
+from analytics import fleet_calibration  # noqa: E402
 from analytics import sequential as sq  # noqa: E402
 from benchmarks import detection as det  # noqa: E402
 from benchmarks import detection_rows as rows  # noqa: E402
@@ -91,28 +92,13 @@ def true_noise_replay(corpus, start: int, cfg: sq.SequentialConfig, phi_only: bo
     """``analytics.fleet_calibration.replay_stats`` (the product's replay) with the day's model's phi
     and innovation scale replaced by the simulator's (per series: sigma sqrt(1 - phi^2) sqrt((df - 2) / df));
     phi_only: only phi."""
-    values = corpus.values
-    n, hours = values.shape
-    L = online.lookback_hours(cfg)
-    runs = np.arange(start, hours)
-    M = cfg.max_window
-    S = np.full((n, runs.size, M), -np.inf)
-    V = np.zeros((n, runs.size, M))
-    Z = np.zeros((n, runs.size, M))
     scale = corpus.sigma * np.sqrt(1 - corpus.phi**2) * np.sqrt((corpus.df - 2) / corpus.df)
-    res = None
-    for j, t in enumerate(runs):
-        lo = max(0, t + 1 - L)
-        v = values[:, lo : t + 1]
-        hod = t % 24
-        if res is None or hod == 0:
-            r_, m_ = online.fit_day(v, hod, bad=1, config=cfg)
-            true = {"phi": np.full(r_.size, corpus.phi)} if phi_only else {"phi": np.full(r_.size, corpus.phi), "scale": scale[r_]}
-            res = r_, replace(m_, **true)
-        r_, model = res
-        sc = online.scan_stats(v, hod, bad=1, config=cfg, model=model, rows=r_)
-        S[r_, j], V[r_, j], Z[r_, j] = sc.stat, sc.valid, sc.ref_z
-    return runs, S, V, Z
+
+    def known(rows_, model):
+        true = {"phi": np.full(rows_.size, corpus.phi)}
+        return replace(model, **(true if phi_only else {**true, "scale": scale[rows_]}))
+
+    return fleet_calibration.replay_stats(corpus.values, start, cfg, model_hook=known)
 
 
 def replay(corpus, cfg: sq.SequentialConfig, special: set[str]):
