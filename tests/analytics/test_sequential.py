@@ -145,14 +145,16 @@ def test_t_scale_is_efficient_and_bounded():
     assert np.mean(nm.t_scale(e, 4.0)) < 1.1
 
 
-def test_calibration_hits_the_target_on_a_replay():
-    rng = np.random.default_rng(10)
-    n, runs, M = 300, 24 * 20, 4
-    stats = rng.exponential(1.0, (n, runs, M))
+def _exponential_replay(seed, n=300, runs=24 * 20, M=4):
+    """Clean statistics with an exponential tail (window length 1 unusable): stats, usable, onset, series-days."""
+    stats = np.random.default_rng(seed).exponential(1.0, (n, runs, M))
     usable = np.ones_like(stats, dtype=bool)
     usable[..., 0] = False
-    onset = np.broadcast_to(np.arange(runs), (n, runs))
-    days = n * runs / 24
+    return stats, usable, np.broadcast_to(np.arange(runs), (n, runs)), n * runs / 24
+
+
+def test_calibration_hits_the_target_on_a_replay():
+    stats, usable, onset, days = _exponential_replay(10)
     h, p, rate = cal.calibrate_thresholds(stats, usable, onset, series_days=days, target_per_1000_days=5.0, hold_hours=24,
                                           min_len=2)
     assert np.isinf(h[0]) and np.all(np.isfinite(h[1:]))
@@ -163,13 +165,8 @@ def test_calibration_hits_the_target_on_a_replay():
 def test_calibration_weights_move_the_budget_between_window_lengths():
     """A window length with 4x the tail weight gets a lower threshold (by log 4 on an exponential
     tail), the others a higher one, and the replay still raises the target rate."""
-    rng = np.random.default_rng(11)
-    n, runs, M = 300, 24 * 20, 4
-    stats = rng.exponential(1.0, (n, runs, M))
-    usable = np.ones_like(stats, dtype=bool)
-    usable[..., 0] = False
-    onset = np.broadcast_to(np.arange(runs), (n, runs))
-    kw = dict(series_days=n * runs / 24, target_per_1000_days=5.0, hold_hours=24, min_len=2)
+    stats, usable, onset, days = _exponential_replay(11)
+    kw = dict(series_days=days, target_per_1000_days=5.0, hold_hours=24, min_len=2)
     h0, _, _ = cal.calibrate_thresholds(stats, usable, onset, **kw)
     h, p, rate = cal.calibrate_thresholds(stats, usable, onset, weights=(1, 4, 1), **kw)
     assert cal.window_weights((1, 4, 1), 5).tolist() == [1, 4, 1, 1, 1]
