@@ -111,15 +111,16 @@ def _sequential_steps(con, mat, keys: list[str], as_of: dt.datetime, config: Det
     """Rows of ``mat`` the sequential detector tests (enough history), each with its alarm as a
     Step (index into ``mat``) or none. p_value: exp(-GLR), the likelihood-ratio bound. The day's
     noise model comes from the ``noise_models`` cache (fitted and stored by the day's first run)."""
-    version = online.model_version(config.seq, config.seq_min_history)
+    version = online.cache_version(config.seq, config.seq_min_history, config.seq_young_history)
     noise_cache.ensure_tables(con)
     cached = noise_cache.load_day(con, mat.spec.name, as_of.date(), version)
     rows, model, store = online.day_model(mat.values, keys, as_of.hour, cached, bad=mat.spec.bad, config=config.seq,
-                                          min_history=config.seq_min_history)
+                                          min_history=config.seq_min_history, young_history=config.seq_young_history)
     if store is not None:
         noise_cache.save_day(con, mat.spec.name, as_of.date(), version, *store, nu=config.seq.nu)
     res = online.sequential_alarms(mat.values, as_of.hour, bad=mat.spec.bad, thresholds=config.thresholds,
-                                   config=config.seq, min_history=config.seq_min_history, model=model, rows=rows)
+                                   config=config.seq, min_history=config.seq_min_history,
+                                   young_thresholds=config.young_thresholds, model=model, rows=rows)
     out: dict[int, list[Step]] = {}
     al = res.alarms
     for j, i in enumerate(res.rows.tolist()):

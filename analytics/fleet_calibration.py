@@ -38,12 +38,14 @@ WINDOW_WEIGHTS: tuple[float, ...] = (1.0, 1.0, 2.5, 1.0, 1.0, 1.0, 0.5)
 
 
 def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.SequentialConfig(), *, bad: int = 1,
-                 min_history: int | None = None, first_hour_of_day: int = 0, model_hook=None):
+                 min_history: int | None = None, young_history: int | None = None, first_hour_of_day: int = 0,
+                 model_hook=None):
     """Hourly replay of the sequential path on a (series x hours) matrix, one run per hour from
     ``start``: returns (runs, S, V, Z), the statistic, validity and reference z of every series,
-    run and window length (-inf where the path did not test the series). ``first_hour_of_day``: the
-    UTC hour of column 0. ``model_hook(rows, model) -> model`` replaces each day's fitted model
-    (benchmarks: a model with some parameters known)."""
+    run and window length (-inf where the path did not test the series). young_history: test young
+    rows too (``online.fit_day``; None: mature rows only, what the fleet's thresholds are calibrated
+    on). ``first_hour_of_day``: the UTC hour of column 0. ``model_hook(rows, model) -> model``
+    replaces each day's fitted model (benchmarks: a model with some parameters known)."""
     n, hours = values.shape
     L = online.lookback_hours(cfg)
     runs = np.arange(start, hours)
@@ -51,7 +53,9 @@ def replay_stats(values: np.ndarray, start: int, cfg: sq.SequentialConfig = sq.S
     S = np.full((n, runs.size, M), -np.inf)
     V = np.zeros((n, runs.size, M))
     Z = np.zeros((n, runs.size, M))
-    kw = {} if min_history is None else {"min_history": min_history}
+    kw = {"young_history": young_history}
+    if min_history is not None:
+        kw["min_history"] = min_history
     res = None
     for j, t in enumerate(runs):
         lo = max(0, t + 1 - L)

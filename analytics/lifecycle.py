@@ -57,8 +57,9 @@ class DetectConfig:
     None estimates it across the fleet's kernel series each run (``estimate_drift``).
     series: names of the series families (analytics.store.series.SPECS) to watch.
     sequential: series with ``seq_min_history`` valid hours of history (and a spec that allows it)
-    go through the sequential detector (analytics.online) with ``seq`` and ``thresholds``; the
-    others through the change points above. False: change points for every series.
+    go through the sequential detector (analytics.online) with ``seq`` and ``thresholds``, series
+    with ``seq_young_history`` to ``seq_min_history`` hours with ``young_thresholds`` (None: none);
+    the others through the change points above. False: change points for every series.
     presence_alpha: false-alarm rate per series-hour of the absent-run rule (``find_absence``).
     """
 
@@ -80,6 +81,8 @@ class DetectConfig:
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
     sequential: bool = True
     seq_min_history: int = online.MIN_HISTORY_HOURS
+    seq_young_history: int | None = online.YOUNG_HISTORY_HOURS
+    young_thresholds: tuple[float, ...] = online.YOUNG_THRESHOLDS
     seq: sq.SequentialConfig = sq.SequentialConfig()
     # None: the warehouse's newest calibration on the fleet's own history (analytics.fleet_calibration),
     # else sq.DEFAULT_THRESHOLDS; a tuple here overrides both

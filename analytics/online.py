@@ -25,20 +25,30 @@ import numpy as np
 
 from analytics import noise_model as nm
 from analytics import sequential as sq
+from analytics import young
 
 #: Version of the day's fitted noise model (analytics.store.noise_models keys its cache by it):
 #: change it whenever fit_noise_model or the fit's SequentialConfig fields change.
 MODEL_VERSION = "2026-12-04.1"
 #: Fewest valid hours in the fit history for the sequential path (7 days; docs/detection.md).
 MIN_HISTORY_HOURS = 168
+YOUNG_HISTORY_HOURS = young.YOUNG_HISTORY_HOURS
+YOUNG_THRESHOLDS = young.YOUNG_THRESHOLDS
 #: Smallest innovation scale (log units, 0.01 %) the sequential path accepts: below it a series is
 #: quantised or constant (a clock pinned at its maximum) and the t likelihood would be degenerate.
 MIN_SCALE = 1e-4
 
 
 def model_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS) -> str:
-    """The cache key of a day's model: MODEL_VERSION and the settings the fit depends on."""
+    """The key of the statistic of rows with ``min_history`` (thresholds calibrated on the fleet are
+    kept under it): MODEL_VERSION and the settings the fit depends on."""
     return f"{MODEL_VERSION}/{config.fit_hours}/{config.max_window}/{config.nu:g}/{config.refine}/{min_history}"
+
+
+def cache_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
+                  young_history: int | None = YOUNG_HISTORY_HOURS) -> str:
+    """The cache key of a day's model: ``model_version`` and which young rows it holds."""
+    return model_version(config, min_history) + f"/young{young_history or 0}"
 
 
 def lookback_hours(config: sq.SequentialConfig = sq.SequentialConfig()) -> int:
@@ -70,12 +80,15 @@ class SeqResult:
 
 
 def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.SequentialConfig = sq.SequentialConfig(),
-            min_history: int = MIN_HISTORY_HOURS, outliers: nm.OutlierLaw | None = None,
+            min_history: int = MIN_HISTORY_HOURS, young_history: int | None = None, outliers: nm.OutlierLaw | None = None,
             drift: float | None = None) -> tuple[np.ndarray, nm.NoiseModel | None]:
     """The UTC day's noise model: rows of ``values`` the sequential path tests (enough history in
     the fit history, a usable model) and their model, fitted on the ``fit_hours`` before the zone of
-    the day's first run. outliers, drift: use this outlier law and random-walk drift (the day's,
-    from the cache) instead of the ones pooled over these rows."""
+    the day's first run. young_history: rows with at least this many valid hours there but fewer
+    than ``min_history`` are fitted too, on what they have, with the outlier law and drift of the
+    mature rows when there are any (``young.is_young`` tells them apart; None: not tested). outliers,
+    drift: use this outlier law and random-walk drift (the day's, from the cache) instead of the ones
+    pooled over these rows."""
     values = np.atleast_2d(np.asarray(values, float))
     n, T = values.shape
     if n == 0 or T < config.max_window + config.reference_hours + 1:
@@ -83,12 +96,26 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
     hod = hour_of_day(T, last_hour_of_day)
     x = nm.to_log(values, bad)
     a = fit_anchor(T, last_hour_of_day, config)
-    lo = max(0, a - config.fit_hours)
-    rows = np.flatnonzero(np.count_nonzero(~np.isnan(x[:, lo:a]), axis=1) >= min_history)
+    have = np.count_nonzero(~np.isnan(x[:, max(0, a - config.fit_hours) : a]), axis=1)
+    rows, model = _fit_rows(x, hod, a, np.flatnonzero(have >= min_history), config, min_history, outliers, drift)
+    if young_history is not None and young_history < min_history:
+        fresh = np.flatnonzero((have >= young_history) & (have < min_history))
+        if model is not None:  # the mature rows' outlier law and drift: pooled over more, longer histories
+            outliers = outliers or model.outliers
+            drift = drift if drift is not None else float(np.median(model.drift)) if model.drift is not None else None
+        yrows, ymodel = _fit_rows(x, hod, a, fresh, config, young_history, outliers, drift)
+        if ymodel is not None and drift is None:  # a new fleet: no mature rows to take the drift from
+            lo = max(0, a - config.fit_hours)
+            ymodel = replace(ymodel, drift=np.full(yrows.size, young.fitted_drift(x[yrows, lo:a], hod[lo:a], ymodel)))
+        rows, model = np.concatenate([rows, yrows]), _concat(model, ymodel)
+    return (rows, model) if rows.size else (rows, None)
+
+
+def _fit_rows(x, hod, a, rows, config, min_hours, outliers, drift) -> tuple[np.ndarray, nm.NoiseModel | None]:
     if rows.size == 0:
         return rows, None
     with np.errstate(invalid="ignore", divide="ignore"):  # flat rows (a constant share) get no model
-        model = sq.fit(x[rows, :a], hod[:a], config)
+        model = sq.fit(x[rows, :a], hod[:a], config, min_hours=min(min_hours, 72))
     keep = model.ok & (np.nan_to_num(model.scale) >= MIN_SCALE)
     rows, model = rows[keep], _subset(model, keep)
     if outliers is not None:
@@ -117,7 +144,8 @@ def _same_print(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached, *, bad: int,
-              config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS):
+              config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
+              young_history: int | None = YOUNG_HISTORY_HOURS):
     """The day's model for the rows of ``values`` (series keys ``keys``), from the day's cache
     when there is one. cached: None or (row of each cached key in the cached model, or None for
     a key not tested; the cached model; each cached key's ``fit_prints`` row), as
@@ -129,7 +157,8 @@ def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached
     (keys, tested, model, prints) of the whole day (``analytics.store.noise_models.save_day``)."""
     prints = fit_prints(values, last_hour_of_day, config)
     if cached is None:
-        rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history)
+        rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history,
+                              young_history=young_history)
         tested = np.zeros(len(keys), bool)
         tested[rows] = True
         return rows, model, (list(keys), tested, model, prints)
@@ -144,7 +173,7 @@ def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached
     law = cmodel.outliers if cmodel is not None else None
     drift = float(np.median(cmodel.drift)) if cmodel is not None and cmodel.drift is not None else None
     nrows, nmodel = fit_day(np.atleast_2d(values)[new], last_hour_of_day, bad=bad, config=config, min_history=min_history,
-                            outliers=law, drift=drift)
+                            young_history=young_history, outliers=law, drift=drift)
     nrows = np.asarray(new, dtype=int)[nrows]
     rows, model = np.concatenate([rows, nrows]), _concat(model, nmodel)
     # the whole day for the cache: the cached keys still current (as cached) plus the (re)fitted ones
@@ -160,12 +189,14 @@ def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached
 
 def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, thresholds=sq.DEFAULT_THRESHOLDS,
                       config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
+                      young_history: int | None = YOUNG_HISTORY_HOURS, young_thresholds=YOUNG_THRESHOLDS,
                       model: nm.NoiseModel | None = None, rows: np.ndarray | None = None) -> SeqResult:
     """Sequential test of the newest hour of every row of ``values`` (series x hours, NaN =
     missing, last column = the hour being analysed, at hour of day ``last_hour_of_day``).
 
     bad: +1 when a rise is a regression, -1 when a fall is. model, rows: the day's model and rows
     (``fit_day`` / ``day_model``, or an earlier run of the same UTC day); None fits them here.
+    Young rows (``young.is_young``) are held to ``young_thresholds``, the others to ``thresholds``.
     Rows without enough history are not in ``rows``; the caller analyses them another way.
     """
     values = np.atleast_2d(np.asarray(values, float))
@@ -175,12 +206,14 @@ def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, th
     if n == 0 or T < M + R + 1:
         return empty
     if rows is None:
-        rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history)
+        rows, model = fit_day(values, last_hour_of_day, bad=bad, config=config, min_history=min_history,
+                              young_history=young_history)
     if model is None or rows.size == 0:
         return empty
     hod = hour_of_day(T, last_hour_of_day)
     w = M + R
-    al = sq.detect_hourly(values[rows, -w:], hod[-w:], bad=bad, thresholds=thresholds, config=config, model=model)
+    h = young.row_thresholds(model, thresholds, young_thresholds, min_history)
+    al = sq.detect_hourly(values[rows, -w:], hod[-w:], bad=bad, thresholds=h, config=config, model=model)
     onset = np.where(al.alarm, al.onset + (T - w), -1)
     return SeqResult(rows, sq.Alarms(al.alarm, onset, al.stat, al.ratio, al.before, al.after, al.magnitude_pct,
                                      al.model_ok), model)

@@ -302,7 +302,7 @@ def alarm_rule(stat: np.ndarray, valid: np.ndarray, thresholds, config: Sequenti
     flat reference before it (``ref_z`` at the onset below ``config.ref_z``) — otherwise the step
     began earlier, its onset would be misplaced, and the run holds the alarm back."""
     M = stat.shape[-1]
-    h = np.asarray(thresholds, float)[:M]
+    h = np.asarray(thresholds, float)[..., :M]
     m = np.arange(1, M + 1)
     usable = (m >= config.min_len) & (valid >= config.min_len)
     arg = np.argmax(np.where(usable, stat, -np.inf), axis=-1)
@@ -315,9 +315,9 @@ def alarm_rule(stat: np.ndarray, valid: np.ndarray, thresholds, config: Sequenti
 def decide(sc: Scan, thresholds, config: SequentialConfig, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Alarm, onset column, onset statistic and maximal stat/threshold ratio from a Scan."""
     alarm, arg, usable = alarm_rule(sc.stat, sc.valid, thresholds, config, sc.ref_z)
-    h = np.asarray(thresholds, float)[: sc.stat.shape[1]]
+    h = np.asarray(thresholds, float)[..., : sc.stat.shape[1]]  # (M,) or one row per series (n, M)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(usable, sc.stat / h[None, :], -np.inf)
+        ratio = np.where(usable, sc.stat / h, -np.inf)
     onset = np.where(alarm, n_cols - 1 - arg, -1)
     stat = np.take_along_axis(sc.stat, arg[:, None], axis=1)[:, 0]
     return alarm, onset, stat, ratio.max(axis=1)
@@ -352,7 +352,9 @@ def detect_hourly(values: np.ndarray, hour_of_day: np.ndarray, *, bad: int = +1,
     return Alarms(alarm & model.ok, np.where(model.ok, onset, -1), stat, ratio, before, after, mag, model.ok)
 
 
-def fit(x_hist: np.ndarray, hour_of_day: np.ndarray, config: SequentialConfig = SequentialConfig()) -> nm.NoiseModel:
-    """The noise model from (at most) the last ``config.fit_hours`` hours of ``x_hist`` (log units)."""
+def fit(x_hist: np.ndarray, hour_of_day: np.ndarray, config: SequentialConfig = SequentialConfig(), min_hours: int = 72) -> nm.NoiseModel:
+    """The noise model from (at most) the last ``config.fit_hours`` hours of ``x_hist`` (log units);
+    rows with fewer than ``min_hours`` valid hours get no usable model."""
     x_hist = np.atleast_2d(x_hist)[:, -config.fit_hours :]
-    return nm.fit_noise_model(x_hist, np.asarray(hour_of_day)[-x_hist.shape[1] :], nu=config.nu, refine=config.refine)
+    return nm.fit_noise_model(x_hist, np.asarray(hour_of_day)[-x_hist.shape[1] :], nu=config.nu, refine=config.refine,
+                              min_hours=min_hours)

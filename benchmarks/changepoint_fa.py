@@ -123,9 +123,11 @@ def _col(t: dt.datetime) -> int:
     return round((t - T0).total_seconds() / 3600)
 
 
-def replay(values, first, last, pvalues, config: DetectConfig = CONFIG):
+def replay(values, first, last, pvalues, config: DetectConfig = CONFIG, young_history: int | None = CONFIG.seq_young_history):
     """The hourly path's change-point branch for every hour from min(first) to max(last), one
     ``Table`` per p-value (drift, screen and the day's sequential rows do not depend on it).
+    young_history: the sequential path's young rows (None: as before they existed, every row with
+    less than a week of fit history on the change points).
     Returns ({p: Table}, cp): cp[i, t] is True when run t tested series i on the change points."""
     n = values.shape[0]
     width = len(str(max(n - 1, 0)))
@@ -137,7 +139,8 @@ def replay(values, first, last, pvalues, config: DetectConfig = CONFIG):
         v = values[:, t + 1 - L : t + 1]
         hod = t % 24
         if seq_rows is None or hod == 0:  # the day's model (online.day_model): its rows go sequential
-            seq_rows = online.fit_day(v, hod, bad=SPEC.bad, config=config.seq, min_history=config.seq_min_history)[0]
+            seq_rows = online.fit_day(v, hod, bad=SPEC.bad, config=config.seq, min_history=config.seq_min_history,
+                                      young_history=young_history)[0]
         cp = (first <= t) & (t <= last)
         cp[seq_rows] = False
         if not cp.any() and t >= first.max():

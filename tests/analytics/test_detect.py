@@ -15,6 +15,10 @@ from cudawatch import shards as sh
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 H = dt.timedelta(hours=1)
 KERNELS = (("gemm", 100_000.0, 5000), ("softmax", 20_000.0, 8000), ("rare", 5_000.0, 2))
+#: The change points' lifecycle on these 60-h warehouses, where single runs look back 14-19 h: from
+#: the third day on the series are young rows of the sequential path, whose zone is the last 12 h
+#: (tests/analytics/test_young.py covers that path hour by hour).
+CP = DetectConfig(seq_young_history=None)
 
 
 def build(root, hours=60, step=None, seed=0, throttle=None):
@@ -73,21 +77,21 @@ def table(con):
 
 def test_one_step_is_one_event_and_rerun_changes_nothing(tmp_path):
     con = warehouse_with(tmp_path, step=(45, None, 10.0))
-    regs = detect.detect_regressions(con, START + 59 * H)
+    regs = detect.detect_regressions(con, START + 59 * H, CP)
     assert [(r.series, r.kernel, r.onset, r.status) for r in regs] == [("kernel_mean_ns", "gemm", START + 45 * H, "new")]
     r = regs[0]
     assert r.magnitude_pct == pytest.approx(10, abs=1.5) and r.p_value < 1e-5 and r.causes == ()
     assert 0.5 < r.share_gpu_time < 1 and r.severity in ("high", "critical") and r.detected_at == START + 59 * H
     before = table(con)
-    assert detect.detect_regressions(con, START + 59 * H) == regs
+    assert detect.detect_regressions(con, START + 59 * H, CP) == regs
     assert table(con) == before
 
 
 def test_status_goes_new_then_ongoing_then_resolved(tmp_path):
     con = warehouse_with(tmp_path, step=(40, 51, 10.0))
-    assert [r.status for r in detect.detect_regressions(con, START + 42 * H)] == ["new"]
-    assert [r.status for r in detect.detect_regressions(con, START + 43 * H)] == ["ongoing"]
-    assert detect.detect_regressions(con, START + 59 * H) == []
+    assert [r.status for r in detect.detect_regressions(con, START + 42 * H, CP)] == ["new"]
+    assert [r.status for r in detect.detect_regressions(con, START + 43 * H, CP)] == ["ongoing"]
+    assert detect.detect_regressions(con, START + 59 * H, CP) == []
     (row,) = con.execute("SELECT status, onset, ended_at FROM regressions").fetchall()
     assert row[0] == "resolved" and row[1] == START + 40 * H and row[2] == START + 52 * H
 
@@ -126,7 +130,7 @@ def test_full_recompute_agrees_with_incremental(tmp_path):
 
 def test_load_regressions_filters_and_fills_causes(tmp_path):
     con = warehouse_with(tmp_path, step=(45, None, 10.0))
-    (reg,) = detect.detect_regressions(con, START + 59 * H)
+    (reg,) = detect.detect_regressions(con, START + 59 * H, CP)
     # detection created the findings table (analytics.store.regressions owns both tables)
     con.execute("INSERT INTO findings VALUES (?, 'kernel_slower_same_config', 0.9, ?, 'profile it'), (?, 'other', 0.2, 'not json', '')",
                 [reg.event_id, json.dumps({"before_ns": 1.0}), reg.event_id])

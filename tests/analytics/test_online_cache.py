@@ -21,7 +21,7 @@ def test_cached_model_round_trips_and_gives_the_fresh_fits_alarms():
     con = duckdb.connect()
     cache.ensure_tables(con)
     v = series(n=5, hours=HIST + 24, seed=31, cycle=0.02)
-    v[3, : HIST - 150] = np.nan  # too little history: left to the change points
+    v[3, : HIST - 5] = np.nan  # too little history, even for a young row: left to the change points
     v[:, -5:] *= 1.05
     keys = [f"k{i}" for i in range(5)]
     rows, model, cached = store_and_load(con, v[:, :-7], keys)  # the day's first run (hour 0)
@@ -64,7 +64,7 @@ def test_late_rows_in_a_cached_series_fit_history_refit_it_and_update_the_cache(
     cache.ensure_tables(con)
     v = series(n=3, hours=HIST + 24, seed=33)
     early = v[:, :-7].copy()
-    early[2, : HIST - 150] = np.nan  # its history is late: too little at the day's first run
+    early[2, : HIST - 5] = np.nan  # its history is late: too little at the day's first run, even for a young row
     rows, model, cached = store_and_load(con, early, ["a", "b", "c"])
     assert rows.tolist() == [0, 1] and cached[0]["c"] is None
     r2, m2, store = online.day_model(v[:, :-4], ["a", "b", "c"], 3, cached, bad=+1)  # hour 3, the late hours arrived

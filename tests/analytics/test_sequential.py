@@ -224,10 +224,12 @@ def test_product_path_the_days_model_gives_the_same_answer_every_run():
 
 
 def test_product_path_leaves_short_or_flat_series_to_the_change_points():
-    v = series(n=3, seed=24)
-    v[1, : HIST - 12 - 23 - 160] = np.nan  # 160 hours of history before the day's fit anchor: < 7 days
+    v = series(n=4, seed=24)
+    v[1, : HIST - 12 - 23 - 160] = np.nan  # 160 hours of history before the day's fit anchor: < 7 days, a young row
     v[2] = 1980.0  # a clock pinned at its maximum: no usable noise model
-    assert product(v).rows.tolist() == [0]
+    v[3, : HIST - 12 - 23 - 20] = np.nan  # 20 hours: too short even for a young row
+    assert product(v).rows.tolist() == [0, 1]
+    assert product(v, young_history=None).rows.tolist() == [0]
 
 
 def test_detect_regressions_uses_the_sequential_path_with_exact_onsets(tmp_path):

@@ -1,0 +1,84 @@
+"""Young series (less than a week of fit history) on the sequential path (analytics.online): which
+rows are young, the thresholds they are held to, a sustained step found at its exact onset and an
+outlier hour that never alarms; through detect_regressions on DuckDB, a step in a 4-day-old
+series found by the third hourly run. docs/detection.md ("Young series")."""
+
+import numpy as np
+
+from analytics import online, young
+from benchmarks import detection_rows
+from tests.analytics.test_sequential import series
+
+T = 14 * 24 + 72  # columns of the matrix the hourly path loads (fewer than lookback_hours is fine)
+HOD = 11  # hour of day of the last column: the day's fit ends at the zone of its hour-0 run
+
+
+def family(seed=5):
+    """Rows 0-1 mature (full history), 2-4 young (120 h), 5 too short (30 h)."""
+    v = series(n=6, hours=T, seed=seed)
+    v[2:5, : T - 120] = np.nan
+    v[5, : T - 30] = np.nan
+    return v
+
+
+def test_rows_with_a_day_or_more_of_fit_history_are_young_and_tested():
+    v = family()
+    a = online.fit_anchor(T, HOD)
+    have = (~np.isnan(v[:, a - 336 : a])).sum(axis=1)
+    assert have.tolist() == [336, 336, 97, 97, 97, 7]  # the fit ends 23 h before the newest hour
+    rows, model = online.fit_day(v, HOD, bad=+1, young_history=24)
+    assert rows.tolist() == [0, 1, 2, 3, 4]
+    assert young.is_young(model, online.MIN_HISTORY_HOURS).tolist() == [False, False, True, True, True]
+    h = young.row_thresholds(model, (1.0,) * 12, (2.0,) * 12, online.MIN_HISTORY_HOURS)
+    assert h[:, 5].tolist() == [1.0, 1.0, 2.0, 2.0, 2.0]
+    old_rows, _ = online.fit_day(v, HOD, bad=+1, young_history=None)  # as before: young rows on the change points
+    assert old_rows.tolist() == [0, 1]
+
+
+def test_young_rows_take_the_mature_rows_outlier_law_and_drift():
+    v = family()
+    rows, model = online.fit_day(v, HOD, bad=+1, young_history=24)
+    mature, mmodel = online.fit_day(v, HOD, bad=+1, young_history=None)
+    np.testing.assert_array_equal(model.phi[:2], mmodel.phi)  # the mature fit is unchanged by young rows
+    np.testing.assert_array_equal(model.scale[:2], mmodel.scale)
+    assert model.outliers is mmodel.outliers or np.array_equal(model.outliers.dens_pos, mmodel.outliers.dens_pos)
+    np.testing.assert_array_equal(model.drift[2:], np.median(mmodel.drift))
+
+
+def test_a_sustained_step_in_a_young_row_alarms_at_its_onset_and_an_outlier_hour_does_not():
+    v = family(seed=7)
+    v[2, -3:] *= 1.06  # a 6 % step three hours before the newest hour (12 stationary sigmas)
+    v[3, -2] *= 1.45  # one outlier hour
+    v[4, -1] *= 1.45
+    res = online.sequential_alarms(v, HOD, bad=+1)
+    assert res.rows.tolist() == [0, 1, 2, 3, 4]
+    alarm = dict(zip(res.rows.tolist(), res.alarms.alarm.tolist()))
+    assert alarm == {0: False, 1: False, 2: True, 3: False, 4: False}
+    assert res.alarms.onset[res.rows.tolist().index(2)] == T - 3
+    # held to the mature thresholds, the same young statistic is what the young thresholds guard against
+    assert online.YOUNG_THRESHOLDS[2] > 0 and np.all(np.asarray(online.YOUNG_THRESHOLDS[2:]) > 0)
+
+
+def test_detect_regressions_finds_a_step_in_a_four_day_old_series_by_the_third_run():
+    start = 96  # the first hourly run: four days of history
+    v = series(n=4, hours=start + 12, seed=11, sigma=0.01)
+    v[0, start + 2 :] *= 1.06  # onset at column start + 2: 6 stationary sigmas
+    alerts = detection_rows.old_detect_regressions(v, start)
+    assert alerts[0] and alerts[0][0][0] == start + 2 and alerts[0][0][1] <= start + 4
+    assert alerts[1:] == [[], [], []]
+
+
+def test_an_event_opened_on_the_change_points_is_carried_and_resolved_by_the_young_path(tmp_path):
+    from analytics import detect
+    from tests.analytics.test_detect import START, H, warehouse_with
+
+    con = warehouse_with(tmp_path, step=(40, 51, 10.0))  # 60 h: day 3 (hour 48 on) is young-row territory
+    status = {h: [r.status for r in detect.detect_regressions(con, START + h * H)] for h in range(38, 60)}
+    assert status[42] == ["new"] and all(status[h] == ["ongoing"] for h in range(43, 52))
+    assert all(status[h] == [] for h in range(56, 60))
+    (row,) = con.execute("SELECT status, onset, ended_at FROM regressions").fetchall()
+    # the end (the first normal hour is 52) within an hour: the sequential path's end rule, not a change point
+    assert row[0] == "resolved" and row[1] == START + 40 * H and START + 51 * H <= row[2] <= START + 53 * H
+    tested = con.execute("SELECT count(*) FROM noise_models WHERE series = 'kernel_mean_ns' AND tested "
+                         "AND day = DATE '2026-11-03'").fetchone()[0]
+    assert tested > 0  # the third day's model holds the young rows
