@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analytics import online, presence
+from analytics import online, presence, young
 from analytics import sequential as sq
 from analytics.changepoint import detect_change_points
 from analytics.results import MAX_MAGNITUDE_PCT, Regression, size_pct
@@ -81,8 +81,8 @@ class DetectConfig:
     series: tuple[str, ...] = tuple(s.name for s in sr.SPECS)
     sequential: bool = True
     seq_min_history: int = online.MIN_HISTORY_HOURS
-    seq_young_history: int | None = online.YOUNG_HISTORY_HOURS
-    young_thresholds: tuple[float, ...] = online.YOUNG_THRESHOLDS
+    seq_young_history: int | None = young.YOUNG_HISTORY_HOURS
+    young_thresholds: tuple[float, ...] = young.YOUNG_THRESHOLDS
     seq: sq.SequentialConfig = sq.SequentialConfig()
     # None: the warehouse's newest calibration on the fleet's own history (analytics.fleet_calibration),
     # else sq.DEFAULT_THRESHOLDS; a tuple here overrides both

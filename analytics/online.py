@@ -32,8 +32,6 @@ from analytics import young
 MODEL_VERSION = "2026-12-04.1"
 #: Fewest valid hours in the fit history for the sequential path (7 days; docs/detection.md).
 MIN_HISTORY_HOURS = 168
-YOUNG_HISTORY_HOURS = young.YOUNG_HISTORY_HOURS
-YOUNG_THRESHOLDS = young.YOUNG_THRESHOLDS
 #: Smallest innovation scale (log units, 0.01 %) the sequential path accepts: below it a series is
 #: quantised or constant (a clock pinned at its maximum) and the t likelihood would be degenerate.
 MIN_SCALE = 1e-4
@@ -46,7 +44,7 @@ def model_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_histo
 
 
 def cache_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
-                  young_history: int | None = YOUNG_HISTORY_HOURS) -> str:
+                  young_history: int | None = young.YOUNG_HISTORY_HOURS) -> str:
     """The cache key of a day's model: ``model_version`` and which young rows it holds."""
     return model_version(config, min_history) + f"/young{young_history or 0}"
 
@@ -102,7 +100,8 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
         fresh = np.flatnonzero((have >= young_history) & (have < min_history))
         if model is not None:  # the mature rows' outlier law and drift: pooled over more, longer histories
             outliers = outliers or model.outliers
-            drift = drift if drift is not None else float(np.median(model.drift)) if model.drift is not None else None
+            if drift is None and model.drift is not None:
+                drift = float(np.median(model.drift))
         yrows, ymodel = _fit_rows(x, hod, a, fresh, config, young_history, outliers, drift)
         if ymodel is not None and drift is None:  # a new fleet: no mature rows to take the drift from
             lo = max(0, a - config.fit_hours)
@@ -115,7 +114,7 @@ def _fit_rows(x, hod, a, rows, config, min_hours, outliers, drift) -> tuple[np.n
     if rows.size == 0:
         return rows, None
     with np.errstate(invalid="ignore", divide="ignore"):  # flat rows (a constant share) get no model
-        model = sq.fit(x[rows, :a], hod[:a], config, min_hours=min(min_hours, 72))
+        model = sq.fit(x[rows, :a], hod[:a], config, min_hours=min_hours)
     keep = model.ok & (np.nan_to_num(model.scale) >= MIN_SCALE)
     rows, model = rows[keep], _subset(model, keep)
     if outliers is not None:
@@ -145,7 +144,7 @@ def _same_print(a: np.ndarray, b: np.ndarray) -> bool:
 
 def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached, *, bad: int,
               config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
-              young_history: int | None = YOUNG_HISTORY_HOURS):
+              young_history: int | None = young.YOUNG_HISTORY_HOURS):
     """The day's model for the rows of ``values`` (series keys ``keys``), from the day's cache
     when there is one. cached: None or (row of each cached key in the cached model, or None for
     a key not tested; the cached model; each cached key's ``fit_prints`` row), as
@@ -189,7 +188,7 @@ def day_model(values: np.ndarray, keys: list[str], last_hour_of_day: int, cached
 
 def sequential_alarms(values: np.ndarray, last_hour_of_day: int, *, bad: int, thresholds=sq.DEFAULT_THRESHOLDS,
                       config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
-                      young_history: int | None = YOUNG_HISTORY_HOURS, young_thresholds=YOUNG_THRESHOLDS,
+                      young_history: int | None = young.YOUNG_HISTORY_HOURS, young_thresholds=young.YOUNG_THRESHOLDS,
                       model: nm.NoiseModel | None = None, rows: np.ndarray | None = None) -> SeqResult:
     """Sequential test of the newest hour of every row of ``values`` (series x hours, NaN =
     missing, last column = the hour being analysed, at hour of day ``last_hour_of_day``).

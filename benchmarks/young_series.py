@@ -4,7 +4,7 @@ step series.
 
 ``analytics.online.fit_day`` tests a *young* row (``YOUNG_HISTORY_HOURS`` to ``MIN_HISTORY_HOURS``
 valid hours in its fit history) with a model fitted on the hours it has; such a model is noisier
-than a two-week fit, so its statistic needs thresholds of its own (``online.YOUNG_THRESHOLDS``).
+than a two-week fit, so its statistic needs thresholds of its own (``young.YOUNG_THRESHOLDS``).
 This script sets them the way the shipped mature thresholds were set: the product's hourly replay
 (``fleet_calibration.replay_stats`` with ``young_history``) on clean short-history corpus series
 (benchmarks/changepoint_fa.py's ``short_history``: history U{48..167} h before the first run, 7
@@ -21,6 +21,7 @@ only on the runs where it owned the row then) on the same series.
 
     PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --clean-series 4500 --step-series 2400 --targets 0.9,0.7,0.5
     PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --quick        # small sizes, ~1 min
+    PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --drift-check 600   # a drifting new fleet, ~1 min
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from analytics import fleet_calibration as fc  # noqa: E402
 from analytics import online  # noqa: E402
 from analytics import sequential as sq  # noqa: E402
+from analytics import young  # noqa: E402
 from analytics.lifecycle import HOURLY_MAX_PVALUE  # noqa: E402
 from benchmarks import changepoint_fa as cf  # noqa: E402
 from benchmarks import detection_rows as dr  # noqa: E402
@@ -47,21 +49,22 @@ from benchmarks.detection import K_SHOW, f2, score  # noqa: E402
 CFG = sq.SequentialConfig()
 
 
-def young_runs(values: np.ndarray, runs: np.ndarray, young: int) -> np.ndarray:
-    """(series, runs) True where ``online.fit_day`` fits the row as young at that run."""
+def young_runs(values: np.ndarray, runs: np.ndarray, min_young: int) -> np.ndarray:
+    """(series, runs) True where ``online.fit_day`` fits the row as young at that run: its valid
+    hours in the day's fit history (``online.fit_prints``' first column) in [young, MIN_HISTORY_HOURS)."""
     out = np.zeros((values.shape[0], runs.size), bool)
     for j, t in enumerate(runs):
-        a = online.fit_anchor(t + 1, t % 24, CFG)
-        have = np.count_nonzero(~np.isnan(values[:, max(0, a - CFG.fit_hours) : a]), axis=1)
-        out[:, j] = (have >= young) & (have < online.MIN_HISTORY_HOURS)
+        have = online.fit_prints(values[:, : t + 1], t % 24, CFG)[:, 0]
+        out[:, j] = (have >= min_young) & (have < online.MIN_HISTORY_HOURS)
     return out
 
 
-def young_stats(corpus, first, last, young: int):
+def young_stats(corpus, first, last, min_young: int, model_hook=None):
     """The product's replay with young rows, kept only where the row is young and inside its runs."""
     values = corpus.values
-    runs, S, V, Z = fc.replay_stats(values[:, : int(last.max()) + 1], int(first.min()), CFG, young_history=young)
-    keep = young_runs(values, runs, young) & (runs >= first[:, None]) & (runs <= last[:, None])
+    runs, S, V, Z = fc.replay_stats(values[:, : int(last.max()) + 1], int(first.min()), CFG, young_history=min_young,
+                                    model_hook=model_hook)
+    keep = young_runs(values, runs, min_young) & (runs >= first[:, None]) & (runs <= last[:, None])
     return runs, np.where(keep[..., None], S, -np.inf), V, Z
 
 
@@ -80,9 +83,32 @@ def rate_at(stats, h) -> tuple[int, float]:
     return n, 1000 * n / max(series_days(S), 1e-9)
 
 
+def drift_check(n: int, min_young: int, seed: int = 3) -> str:
+    """False alarms of young rows at the shipped thresholds on a new fleet whose levels drift (the
+    fleet simulator's noise, ``simulator.noise.hourly_log_noise``: 0.15 %/h walk, 2 % outlier hours,
+    sigma 0.8-1.2 %, 168 h, runs from hour 60, every row young): the product's drift (no mature rows:
+    ``young.lag_drift_q2``) against no drift term and the true drift."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from simulator.noise import hourly_log_noise
+
+    rng = np.random.default_rng(seed)
+    out = ["| fleet drift | drift in the model | false alarms | per 1,000 young series-days |", "|---|---|---|---|"]
+    for q in (0.0015, 0.0):
+        v = 1e5 * np.exp(hourly_log_noise(rng, n, 168, rng.choice([0.008, 0.010, 0.012], n), drift_sigma=q, outlier_p=0.02))
+        first, last = np.full(n, 60), np.full(n, 167)
+        for name, d in (("estimated (product)", None), ("none", 0.0), ("true", q)):
+            hook = None if d is None else (lambda rows, m, d=d: replace(m, drift=np.full(rows.size, d)))
+            st = young_stats(SimpleNamespace(values=v), first, last, min_young, model_hook=hook)
+            k, r = rate_at(st, young.YOUNG_THRESHOLDS)
+            out.append(f"| {100 * q:.2f} %/h | {name} | {k} | {r:.2f} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--young", type=int, default=online.YOUNG_HISTORY_HOURS or 24, help="fewest fit-history hours of a young row")
+    ap.add_argument("--young", type=int, default=young.YOUNG_HISTORY_HOURS or 24, help="fewest fit-history hours of a young row")
     ap.add_argument("--fit-seeds", default="301,302", help="dev seeds the candidate thresholds are calibrated on")
     ap.add_argument("--val-seeds", default="304,305", help="dev seeds that choose the target")
     ap.add_argument("--check-seed", type=int, default=303, help="seed that only confirms the final thresholds")
@@ -92,8 +118,13 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", default="0.9,0.7,0.5", help="calibration targets tried (false per 1,000 young series-days)")
     ap.add_argument("--goal", type=float, default=0.9, help="the validation seeds' rate the chosen target must keep")
     ap.add_argument("--no-cp", action="store_true", help="skip the change-point comparison")
+    ap.add_argument("--drift-check", type=int, default=0, metavar="N",
+                    help="only the drifting new fleet of N series at the shipped thresholds (``drift_check``)")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
+    if a.drift_check:
+        print(drift_check(a.drift_check, a.young))
+        return 0
     if a.quick:
         a.clean_series, a.step_series = 300, 300
     t0 = time.perf_counter()
@@ -104,11 +135,11 @@ def main(argv=None) -> int:
     every = pooled(list(clean.values()))
     trials = []
     for target in (float(x) for x in a.targets.split(",")):
-        h, _, r = fc.calibrate_stats(*fit, target, CFG, series_days=series_days(fit[1]))
+        h, _, r = fc.calibrate_stats(*fit, target, CFG)
         trials.append((target, r, *rate_at(val, h)))
     ok = [t for t in trials if t[3] <= a.goal]
     chosen = max(ok)[0] if ok else min(trials)[0]
-    h, p, rate = fc.calibrate_stats(*every, chosen, CFG, series_days=series_days(every[1]))
+    h, p, rate = fc.calibrate_stats(*every, chosen, CFG)
     check = young_stats(*cf.short_history(2 * a.clean_series, a.check_seed, steps=False), a.young)
     n_check, r_check = rate_at(check, h)
     steps, first, last = cf.short_history(a.step_series, a.step_seed, steps=True)
