@@ -5,8 +5,8 @@ have and the hourly path holds them to thresholds calibrated for such short fits
 
 Their random-walk drift: the mature rows' (``noise_model.drift_q2``, daily levels over two weeks)
 when the family has any; otherwise, in a new fleet, ``lag_drift_q2`` from hourly lags, because the
-daily-level estimator needs four whole days and a drifting fleet without a drift term raised 6.7
-false alarms per 1,000 young series-days (docs/detection.md).
+daily-level estimator needs four whole days and a fleet drifting 0.15 %/h without a drift term
+raised 12.96 false alarms per 1,000 young series-days (``benchmarks/young_series.py --drift-check``).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ outlier hour that never alarms; through detect_regressions on DuckDB, a step in 
 series found by the third hourly run. docs/detection.md ("Young series")."""
 
 import numpy as np
+import pytest
 
 from analytics import online, young
 from benchmarks import detection_rows
@@ -55,14 +56,20 @@ def test_a_sustained_step_in_a_young_row_alarms_at_its_onset_and_an_outlier_hour
     alarm = dict(zip(res.rows.tolist(), res.alarms.alarm.tolist()))
     assert alarm == {0: False, 1: False, 2: True, 3: False, 4: False}
     assert res.alarms.onset[res.rows.tolist().index(2)] == T - 3
-    # held to the mature thresholds, the same young statistic is what the young thresholds guard against
-    assert online.YOUNG_THRESHOLDS[2] > 0 and np.all(np.asarray(online.YOUNG_THRESHOLDS[2:]) > 0)
+    assert young.YOUNG_THRESHOLDS[2] > 0 and np.all(np.asarray(young.YOUNG_THRESHOLDS[2:]) > 0)
+    # the young rows' thresholds are the ones that gate them: out of reach, the step waits; the mature rows' do not
+    closed = online.sequential_alarms(v, HOD, bad=+1, young_thresholds=(np.inf,) * 12)
+    assert not closed.alarms.alarm.any()
+    opened = online.sequential_alarms(v, HOD, bad=+1, thresholds=(np.inf,) * 12)
+    assert opened.alarms.alarm.tolist() == res.alarms.alarm.tolist()
 
 
 def test_detect_regressions_finds_a_step_in_a_four_day_old_series_by_the_third_run():
     start = 96  # the first hourly run: four days of history
     v = series(n=4, hours=start + 12, seed=11, sigma=0.01)
     v[0, start + 2 :] *= 1.06  # onset at column start + 2: 6 stationary sigmas
+    rows, model = online.fit_day(v[:, : start + 1], start % 24, bad=+1, young_history=young.YOUNG_HISTORY_HOURS)
+    assert rows.tolist() == [0, 1, 2, 3] and young.is_young(model, online.MIN_HISTORY_HOURS).all()  # young at the first run
     alerts = detection_rows.old_detect_regressions(v, start)
     assert alerts[0] and alerts[0][0][0] == start + 2 and alerts[0][0][1] <= start + 4
     assert alerts[1:] == [[], [], []]
@@ -82,3 +89,15 @@ def test_an_event_opened_on_the_change_points_is_carried_and_resolved_by_the_you
     tested = con.execute("SELECT count(*) FROM noise_models WHERE series = 'kernel_mean_ns' AND tested "
                          "AND day = DATE '2026-11-03'").fetchone()[0]
     assert tested > 0  # the third day's model holds the young rows
+
+
+@pytest.mark.xfail(strict=True, reason="known, not fixed: one absurd hour (x1e9) in a young row's fit history inflates "
+                   "its scale ~15x (0.0038 -> 0.05) and mutes it for the day; the first-pass level of "
+                   "noise_model.fit_noise_model is a plain moving mean, which the hour contaminates for 48 h, the "
+                   "majority of a young history (docs/detection.md, 'Young series')")
+def test_an_absurd_hour_in_a_young_rows_history_does_not_mute_it():
+    v = family(seed=9)
+    v[2, T - 60] = 1e12
+    v[2, -3:] *= 1.06
+    res = online.sequential_alarms(v, HOD, bad=+1)
+    assert res.alarms.alarm[res.rows.tolist().index(2)]
