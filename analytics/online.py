@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from analytics import noise_model as nm
+from analytics.outliers import OutlierLaw
 from analytics import sequential as sq
 from analytics import young
 
@@ -78,7 +79,7 @@ class SeqResult:
 
 
 def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.SequentialConfig = sq.SequentialConfig(),
-            min_history: int = MIN_HISTORY_HOURS, young_history: int | None = None, outliers: nm.OutlierLaw | None = None,
+            min_history: int = MIN_HISTORY_HOURS, young_history: int | None = None, outliers: OutlierLaw | None = None,
             drift: float | None = None) -> tuple[np.ndarray, nm.NoiseModel | None]:
     """The UTC day's noise model: rows of ``values`` the sequential path tests (enough history in
     the fit history, a usable model) and their model, fitted on the ``fit_hours`` before the zone of

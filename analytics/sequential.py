@@ -1,8 +1,8 @@
 """Sequential (online) regression detection for the hourly path: a windowed Student-t GLR on
 prewhitened residuals, vectorised over many series at once.
 
-Pure numpy, no SQL, no I/O, no clock. ``detect_hourly(values, hour_of_day, ...)`` runs on the trailing
-window of every series of one family; ``analytics.changepoint`` stays for history and reports.
+Pure numpy, no SQL, no I/O, no clock. ``detect_hourly(values, hour_of_day, ...)`` runs on the trailing window
+of every series of one family; ``analytics.changepoint`` stays for history and reports.
 
 Method (docs/detection.md has the derivation and what was tried):
 
@@ -30,9 +30,8 @@ Method (docs/detection.md has the derivation and what was tried):
 - An alarm needs the statistic of some window of m >= ``min_len`` (3) hours above that window
   length's threshold ``thresholds[m - 1]`` (``analytics.calibration`` sets them on the fleet's
   clean history for a target false-alarm rate); the onset is the argmax of the statistic over
-  tau (the maximum-likelihood change time), and an alarm whose onset cannot be placed (the
-  zone's oldest hour, or a reference that already rose) waits; the magnitude is a t M-estimate of
-  the post-change hours.
+  tau (the maximum-likelihood change time), and an alarm whose onset cannot be placed (the zone's
+  oldest hour, or a reference that already rose) waits; the magnitude is a t M-estimate after it.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from analytics import noise_model as nm
+from analytics.outliers import OutlierLaw
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class Scan:
     ref_z: np.ndarray | None = None
 
 
-def loglik(e: np.ndarray, scale: np.ndarray, nu: float, outliers: nm.OutlierLaw | None = None) -> np.ndarray:
+def loglik(e: np.ndarray, scale: np.ndarray, nu: float, outliers: OutlierLaw | None = None) -> np.ndarray:
     """Log density of innovations e: Student-t(nu) with ``scale``, mixed with the fleet's outlier
     component when given ((1 - p) t + p g); without it, up to a constant."""
     t = -0.5 * (nu + 1.0) * np.log1p((e / scale) ** 2 / nu)
@@ -128,7 +128,7 @@ def shift_grid(scale: np.ndarray, config: SequentialConfig) -> np.ndarray:
 
 
 def glr(e0: np.ndarray, delta: np.ndarray, phi: np.ndarray, scale: np.ndarray, config: SequentialConfig,
-        outliers: nm.OutlierLaw | None = None, chunk: int = 1024, u: np.ndarray | None = None,
+        outliers: OutlierLaw | None = None, chunk: int = 1024, u: np.ndarray | None = None,
         sigma: np.ndarray | None = None, shifts: np.ndarray | None = None,
         penalty: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Windowed one-sided t-GLR over the zone's innovations.

@@ -23,6 +23,7 @@ from analytics import calibration as cal
 from analytics import fleet_calibration
 from analytics import noise_model as nm
 from analytics import online
+from analytics.outliers import OutlierLaw
 from analytics import sequential as sq
 
 HOLD = fleet_calibration.HOLD_HOURS  # alarms of a series within this many hours of an alert's onset are that alert
@@ -60,7 +61,7 @@ def product_stats(values, start, cfg=sq.SequentialConfig(), min_history=None):
     return fleet_calibration.replay_stats(values, start, cfg, bad=1, min_history=min_history)
 
 
-def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> nm.OutlierLaw:
+def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> OutlierLaw:
     """The corpus' outlier hours in innovation space: +log1p(U(lo, hi)) at the hour, then -phi
     times that in the next innovation, each with probability 1 % per hour."""
     edges = np.linspace(0.0, 1.2, 241)
@@ -68,7 +69,7 @@ def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> nm.Outli
     a, b = np.log1p(lo), np.log1p(hi)
     pos = np.where((c >= a) & (c <= b), np.exp(c) / (hi - lo), 0.0)
     neg = np.where((c >= phi * a) & (c <= phi * b), np.exp(c / phi) / (hi - lo) / phi, 0.0)
-    return nm.OutlierLaw(0.01, 0.01, edges, pos, neg)
+    return OutlierLaw(0.01, 0.01, edges, pos, neg)
 
 
 def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool):

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from analytics import noise_model as nm
+from analytics.outliers import OutlierLaw
 from analytics.store.tx import transaction
 
 DDL = """
@@ -65,7 +66,7 @@ def load_day(con, series: str, day: dt.date, version: str):
     if head is None:
         return None
     nu, period, p_pos, p_neg, edges, dpos, dneg = head
-    law = None if p_pos is None else nm.OutlierLaw(p_pos, p_neg, np.asarray(edges, float), np.asarray(dpos, float),
+    law = None if p_pos is None else OutlierLaw(p_pos, p_neg, np.asarray(edges, float), np.asarray(dpos, float),
                                                     np.asarray(dneg, float))
     got = con.execute("SELECT series_key, tested, phi, scale, season, hours, fit_n, fit_sum, fit_wsum, drift FROM noise_models "
                       "WHERE series = ? AND day = ? AND version = ? ORDER BY series_key", [series, day, version]).fetchall()
