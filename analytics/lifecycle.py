@@ -229,11 +229,28 @@ def update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
             recent = mat.values[i, -config.min_size :]
             recent = recent[~np.isnan(recent)]
             if recent.size and abs(np.median(recent) - before) < abs(np.median(recent) - after):
-                ended = as_of - (config.min_size - 1) * sr.HOUR
+                first = mat.hours - int((mat.end - onset) / sr.HOUR)  # the hour after the onset
+                ended = mat.hour_at(back_since(mat.values[i], before, after, max(first, 0)))
         if ended is not None:
             status = "went_away" if ended - onset <= dt.timedelta(hours=config.went_away_hours) else "resolved"
         out.append((row["event_id"], status, after, mag, p, ended))
     return out
+
+
+def back_since(values: np.ndarray, before: float, after: float, first: int = 0) -> int:
+    """Column where a series' trailing return to its ``before`` level starts: the earliest hour of
+    the trailing run of hours nearer ``before`` than ``after``, not before column ``first``; one
+    stray hour does not end the run, two in a row do (missing hours are skipped). The last column
+    when no such hour is found."""
+    start, stray = len(values) - 1, 0
+    for k in range(len(values) - 1, first - 1, -1):
+        if np.isnan(values[k]):
+            continue
+        if abs(values[k] - before) < abs(values[k] - after):
+            start, stray = k, 0
+        elif (stray := stray + 1) == 2:
+            break
+    return start
 
 
 def dedup(cands: list[Candidate], existing: list[dict], config) -> list[Candidate]:

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analytics import baselines, detect, store
+from analytics import baselines, detect, lifecycle, store
 from analytics.detect import DetectConfig, ewma_deviation_check
 from analytics.store.regressions import load_regressions
 from cudawatch import shards as sh
@@ -206,3 +206,14 @@ def test_simulated_fleet_every_injection_found_once(tmp_path):
 def test_simulated_clean_fleet_has_no_regressions(tmp_path):
     _, regs = run_fleet(tmp_path, [])
     assert regs == []
+
+
+@pytest.mark.parametrize("tail, start", [
+    ([1.0, 1.1, 1.1, 1.0, 1.0], 3),               # back at hour 3
+    ([1.0, 1.1, 1.1, 1.0, 1.1, 1.0, 1.0], 3),     # one stray hour inside the return does not end it
+    ([1.0, 1.1, 1.1, 1.0, np.nan, 1.0], 3),       # a missing hour is skipped
+    ([1.0, 1.0, 1.0, 1.0, 1.0], 1),               # never before the hour after the onset (column 1 here)
+    ([1.0, 1.1, 1.1, 1.1, 1.1], 4),               # not back: the last column
+])
+def test_back_since_finds_where_the_trailing_return_to_the_old_level_starts(tail, start):
+    assert lifecycle.back_since(np.array(tail), before=1.0, after=1.1, first=1) == start
