@@ -11,7 +11,9 @@ innovations ``e`` from a Student-t law with ``nu`` degrees of freedom and scale 
 (heavy tails: hourly GPU series have outlier hours). ``fit_noise_model`` estimates, per row:
 
 1. the level: a centred moving mean of two periods of the winsorised series (it cancels the daily
-   cycle exactly and follows slow drift);
+   cycle exactly and follows slow drift); the first pass that sets the winsorising bounds averages
+   hours clipped to their day's median +- 8 MADs (``day_clip``), so one absurd hour cannot shift
+   48 hours of it;
 2. the daily cycle: least squares of the de-levelled series on ``harmonics`` sine/cosine pairs,
    after winsorising at 4 robust scales (a fitted profile of 2 harmonics has 4 parameters where a
    per-phase median has 24, so two weeks give it a small error);
@@ -180,6 +182,19 @@ def moving_mean(x: np.ndarray, width: int) -> np.ndarray:
         return (c[..., hi] - c[..., lo]) / (k[..., hi] - k[..., lo])
 
 
+def day_clip(x: np.ndarray, period: int, k: float) -> np.ndarray:
+    """``x`` (n, T) with each value clipped to the median +- ``k`` MADs of its period (whole periods
+    counted back from the last column). Without it one absurd hour (x1e9) would move a plain
+    48-h moving mean for 48 hours, the majority of a short history, and break its MAD."""
+    n, T = x.shape
+    pad = -T % period
+    days = np.pad(x, ((0, 0), (pad, 0)), constant_values=np.nan).reshape(n, -1, period)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med, mad = nanmedian(days), mad_scale(days)
+    return np.clip(x, np.repeat(med - k * mad, period, axis=1)[:, pad:], np.repeat(med + k * mad, period, axis=1)[:, pad:])
+
+
 def robust_lag1(u: np.ndarray) -> np.ndarray:
     """Gnanadesikan-Kettenring lag-1 autocorrelation with the MAD: (S(a+b)^2 - S(a-b)^2) /
     (S(a+b)^2 + S(a-b)^2), a = u[t], b = u[t-1] (each standardised by its own MAD)."""
@@ -200,8 +215,9 @@ def fit_noise_model(x: np.ndarray, hour_of_day: np.ndarray, *, nu: float = 4.0, 
     x = np.atleast_2d(np.asarray(x, float))
     n, T = x.shape
     hours = (~np.isnan(x)).sum(axis=1)
-    # winsorise against a two-period moving median proxy: the moving mean of a first winsorised pass
-    level = moving_mean(x, 2 * period)
+    # winsorise against a two-period moving median proxy: the moving mean of a first winsorised pass,
+    # itself taken over hours clipped to their day (``day_clip``)
+    level = moving_mean(day_clip(x, period, 2 * clip), 2 * period)
     r = x - level
     s = mad_scale(r)
     r = np.clip(r, -clip * s[:, None], clip * s[:, None])

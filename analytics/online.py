@@ -30,7 +30,7 @@ from analytics import young
 
 #: Version of the day's fitted noise model (analytics.store.noise_models keys its cache by it):
 #: change it whenever fit_noise_model or the fit's SequentialConfig fields change.
-MODEL_VERSION = "2026-12-04.1"
+MODEL_VERSION = "2026-12-06.1"
 #: Fewest valid hours in the fit history for the sequential path (7 days; docs/detection.md).
 MIN_HISTORY_HOURS = 168
 #: Smallest innovation scale (log units, 0.01 %) the sequential path accepts: below it a series is

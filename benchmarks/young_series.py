@@ -164,7 +164,9 @@ def main(argv=None) -> int:
           f"({series_days(every[1]):,.0f} series-days; rate there {rate:.2f}, tail p {p:.3g}):\n"
           f"    ({', '.join('np.inf' if not np.isfinite(x) else f'{x:.2f}' for x in h)})")
     print(f"check seed {a.check_seed}: {n_check} false alarms on {series_days(check[1]):,.0f} young series-days = "
-          f"{r_check:.2f} per 1,000\n")
+          f"{r_check:.2f} per 1,000; the shipped thresholds ({young.YOUNG_THRESHOLDS_VERSION}) there: "
+          "{:.2f} ({}), on all dev seeds: {:.2f} ({})\n".format(*rate_at(check, young.YOUNG_THRESHOLDS)[::-1],
+                                                               *rate_at(every, young.YOUNG_THRESHOLDS)[::-1]))
     print(f"Recall within 3 / 6 / 12 hourly runs, onset ±3 h ({a.step_series} step series of seed {a.step_seed}, "
           f"{tested} tested as young; n per k):\n")
     print("| path | " + " | ".join(f"k={k:g}" for k in K_SHOW) + " |\n|---|" + "---|" * len(K_SHOW))
