@@ -12,8 +12,8 @@ innovations ``e`` from a Student-t law with ``nu`` degrees of freedom and scale 
 
 1. the level: a centred moving mean of two periods of the winsorised series (it cancels the daily
    cycle exactly and follows slow drift); the first pass that sets the winsorising bounds averages
-   hours clipped to their day's median +- 8 MADs (``day_clip``), so one absurd hour cannot shift
-   48 hours of it;
+   hours clipped to their 24-h block's median +- 8 robust SDs (``day_clip``), so an absurd hour
+   moves it by at most that bound;
 2. the daily cycle: least squares of the de-levelled series on ``harmonics`` sine/cosine pairs,
    after winsorising at 4 robust scales (a fitted profile of 2 harmonics has 4 parameters where a
    per-phase median has 24, so two weeks give it a small error);
@@ -182,17 +182,21 @@ def moving_mean(x: np.ndarray, width: int) -> np.ndarray:
         return (c[..., hi] - c[..., lo]) / (k[..., hi] - k[..., lo])
 
 
-def day_clip(x: np.ndarray, period: int, k: float) -> np.ndarray:
-    """``x`` (n, T) with each value clipped to the median +- ``k`` MADs of its period (whole periods
-    counted back from the last column). Without it one absurd hour (x1e9) would move a plain
+def day_clip(x: np.ndarray, period: int, k: float, *, min_valid: int = 6) -> np.ndarray:
+    """``x`` (n, T) with each value clipped to the median +- ``k`` robust SDs (1.4826 MAD) of its
+    block of ``period`` hours (blocks counted back from the last column); a block with fewer than
+    ``min_valid`` valid hours (a young row's first hours) takes its row's median and scale instead,
+    since one or two values bound themselves. Without it one absurd hour (x1e9) would move a plain
     48-h moving mean for 48 hours, the majority of a short history, and break its MAD."""
     n, T = x.shape
     pad = -T % period
     days = np.pad(x, ((0, 0), (pad, 0)), constant_values=np.nan).reshape(n, -1, period)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        med, mad = nanmedian(days), mad_scale(days)
-    return np.clip(x, np.repeat(med - k * mad, period, axis=1)[:, pad:], np.repeat(med + k * mad, period, axis=1)[:, pad:])
+        sparse = (~np.isnan(days)).sum(axis=-1) < min_valid
+        med = np.where(sparse, nanmedian(x)[:, None], nanmedian(days))
+        sd = np.where(sparse, mad_scale(x)[:, None], mad_scale(days))
+    return np.clip(x, np.repeat(med - k * sd, period, axis=1)[:, pad:], np.repeat(med + k * sd, period, axis=1)[:, pad:])
 
 
 def robust_lag1(u: np.ndarray) -> np.ndarray:

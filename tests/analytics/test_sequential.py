@@ -134,6 +134,21 @@ def test_noise_model_recovers_ar_and_scale_despite_outlier_hours():
     assert m.outliers is not None and 0.004 < m.outliers.p_pos < 0.02
 
 
+def test_day_clip_bounds_each_block_and_gives_sparse_blocks_the_rows_bounds():
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 0.01, size=(2, 50))  # 50 columns: blocks 26-49, 2-25 and a 2-hour block 0-1
+    x[0, 30], x[0, 1], x[1, 0] = 20.0, 20.0, -20.0  # absurd hours in a full block and in the sparse one
+    out = nm.day_clip(x, 24, 8.0)
+    keep = np.ones_like(x, bool)
+    keep[0, [1, 30]] = keep[1, 0] = False
+    assert np.array_equal(out[keep], x[keep])  # ordinary hours untouched
+    assert 0.0 < out[0, 30] < 0.2 and 0.0 < out[0, 1] < 0.2 and -0.2 < out[1, 0] < 0.0
+    blk = x[0, 26:50][x[0, 26:50] < 1]  # the full block's own median and robust SD bound its absurd hour
+    assert out[0, 30] >= np.median(x[0, 26:50]) + 8 * nm.mad_scale(blk) * 0.9
+    x[:, :20] = np.nan  # NaN stays NaN; an all-NaN row stays NaN
+    assert np.isnan(nm.day_clip(np.vstack([x, np.full(50, np.nan)]), 24, 8.0)[:, :20]).all()
+
+
 def test_t_scale_is_efficient_and_bounded():
     rng = np.random.default_rng(9)
     e = rng.standard_t(4, (400, 336))

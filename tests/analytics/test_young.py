@@ -91,7 +91,7 @@ def test_an_event_opened_on_the_change_points_is_carried_and_resolved_by_the_you
     assert tested > 0  # the third day's model holds the young rows
 
 
-@pytest.mark.parametrize("row, back", [(2, 60), (0, 100)])  # a young row; a mature row, the hour 100 h back
+@pytest.mark.parametrize("row, back", [(2, 60), (2, 120), (0, 100)])  # a young row (120: its first hour); a mature row
 def test_an_absurd_hour_in_the_fit_history_does_not_mute_a_row(row, back):
     # before noise_model.day_clip the hour moved the first-pass 48-h moving mean for 48 hours and
     # inflated the young row's scale ~15x (GLR 0.5 instead of ~19) and the mature row's by 30 %
