@@ -240,10 +240,11 @@ def update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
 def back_since(values: np.ndarray, before: float, after: float, first: int = 0) -> int:
     """Column where a series' trailing return to its ``before`` level starts: the earliest hour of
     the trailing run of hours nearer ``before`` than ``after``, not before column ``first``; one
-    stray hour does not end the run, two in a row do (missing hours are skipped). The last column
-    when no such hour is found."""
+    stray hour does not end the run, two in a row do (missing hours are skipped), so a noise hour
+    near the old level just before the return can put the end an hour or two early. The last
+    column when no such hour is found."""
     start, stray = len(values) - 1, 0
-    for k in range(len(values) - 1, first - 1, -1):
+    for k in range(len(values) - 1, max(first, 0) - 1, -1):
         if np.isnan(values[k]):
             continue
         if abs(values[k] - before) < abs(values[k] - after):
