@@ -229,8 +229,7 @@ def update_open(rows, steps, mat, i, as_of, config) -> list[tuple]:
             recent = mat.values[i, -config.min_size :]
             recent = recent[~np.isnan(recent)]
             if recent.size and abs(np.median(recent) - before) < abs(np.median(recent) - after):
-                first = mat.hours - int((mat.end - onset) / sr.HOUR)  # the hour after the onset
-                ended = mat.hour_at(back_since(mat.values[i], before, after, max(first, 0)))
+                ended = mat.hour_at(back_since(mat.values[i], before, after, first=mat.index_of(onset) + 1))
         if ended is not None:
             status = "went_away" if ended - onset <= dt.timedelta(hours=config.went_away_hours) else "resolved"
         out.append((row["event_id"], status, after, mag, p, ended))

@@ -95,7 +95,8 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
     hod = hour_of_day(T, last_hour_of_day)
     x = nm.to_log(values, bad)
     a = fit_anchor(T, last_hour_of_day, config)
-    have = np.count_nonzero(~np.isnan(x[:, max(0, a - config.fit_hours) : a]), axis=1)
+    lo = max(0, a - config.fit_hours)
+    have = np.count_nonzero(~np.isnan(x[:, lo:a]), axis=1)
     rows, model = _fit_rows(x, hod, a, np.flatnonzero(have >= min_history), config, min_history, outliers, drift)
     if young_history is not None and young_history < min_history:
         fresh = np.flatnonzero((have >= young_history) & (have < min_history))
@@ -105,7 +106,6 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
                 drift = float(np.median(model.drift))
         yrows, ymodel = _fit_rows(x, hod, a, fresh, config, young_history, outliers, drift)
         if ymodel is not None and drift is None:  # a new fleet: no mature rows to take the drift from
-            lo = max(0, a - config.fit_hours)
             ymodel = replace(ymodel, drift=np.full(yrows.size, young.fitted_drift(x[yrows, lo:a], hod[lo:a], ymodel)))
         rows, model = np.concatenate([rows, yrows]), _concat(model, ymodel)
     return (rows, model) if rows.size else (rows, None)

@@ -137,6 +137,10 @@ class SeriesMatrix:
     def hour_at(self, index: int) -> dt.datetime:
         return self.end - (self.hours - 1 - index) * HOUR
 
+    def index_of(self, hour: dt.datetime) -> int:
+        """Column of ``hour`` (``hour_at``'s inverse; negative before the first column)."""
+        return self.hours - 1 - int((self.end - hour) / HOUR)
+
 
 def series_key(name: str, key: tuple) -> str:
     """Stable text key of one series: ``name|job|kernel_id|gpu_uuid|signature``."""
