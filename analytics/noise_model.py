@@ -220,7 +220,7 @@ def fit_noise_model(x: np.ndarray, hour_of_day: np.ndarray, *, nu: float = 4.0, 
     n, T = x.shape
     hours = (~np.isnan(x)).sum(axis=1)
     # winsorise against a two-period moving median proxy: the moving mean of a first winsorised pass,
-    # itself taken over hours clipped to their day (``day_clip``)
+    # itself taken over hours clipped to their 24-h block (``day_clip``)
     level = moving_mean(day_clip(x, period, 2 * clip), 2 * period)
     r = x - level
     s = mad_scale(r)
