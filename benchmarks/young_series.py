@@ -22,6 +22,7 @@ only on the runs where it owned the row then) on the same series.
     PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --clean-series 4500 --step-series 2400 --targets 0.9,0.7,0.5
     PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --quick        # small sizes, ~1 min
     PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --drift-check 600   # a drifting new fleet, ~1 min
+    PYTHONPATH=. .venv/bin/python benchmarks/young_series.py --shipped-only 303,306   # the shipped thresholds only, ~7 min
 """
 
 from __future__ import annotations
@@ -106,6 +107,23 @@ def drift_check(n: int, min_young: int, seed: int = 3) -> str:
     return "\n".join(out)
 
 
+def shipped_only(seeds: list[int], a) -> str:
+    """False alarms per 1,000 young series-days at ``young.YOUNG_THRESHOLDS`` on each clean seed
+    (2 x ``--clean-series`` series, as the check seed), and recall on the step seed."""
+    h = young.YOUNG_THRESHOLDS
+    out = [f"thresholds {young.YOUNG_THRESHOLDS_VERSION}, model {online.MODEL_VERSION}",
+           "| seed | false alarms | young series-days | per 1,000 |", "|---|---|---|---|"]
+    for seed in seeds:
+        st = young_stats(*cf.short_history(2 * a.clean_series, seed, steps=False), a.young)
+        n, r = rate_at(st, h)
+        out.append(f"| {seed} | {n} | {series_days(st[1]):,.0f} | {r:.2f} |")
+    steps, first, last = cf.short_history(a.step_series, a.step_seed, steps=True)
+    rec = score(dr.alerts_from_stats(*young_stats(steps, first, last, a.young), h), [], steps, 1)["k"]
+    out.append(f"\nrecall within 3 / 6 / 12 runs, step seed {a.step_seed}: " + "; ".join(
+        f"k={k:g} {f2(rec[k]['r3'])} / {f2(rec[k]['r6'])} / {f2(rec[k]['r12'])}" for k in K_SHOW if k in rec))
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--young", type=int, default=young.YOUNG_HISTORY_HOURS or 24, help="fewest fit-history hours of a young row")
@@ -120,6 +138,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cp", action="store_true", help="skip the change-point comparison")
     ap.add_argument("--drift-check", type=int, default=0, metavar="N",
                     help="only the drifting new fleet of N series at the shipped thresholds (``drift_check``)")
+    ap.add_argument("--shipped-only", default="", metavar="SEEDS",
+                    help="only the shipped thresholds: false alarms on 2 x --clean-series series of each of these "
+                         "seeds and recall on --step-seed (no calibration)")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     if a.drift_check:
@@ -127,6 +148,9 @@ def main(argv=None) -> int:
         return 0
     if a.quick:
         a.clean_series, a.step_series = 300, 300
+    if a.shipped_only:
+        print(shipped_only([int(x) for x in a.shipped_only.split(",")], a))
+        return 0
     t0 = time.perf_counter()
     clean = {int(s): young_stats(*cf.short_history(a.clean_series, int(s), steps=False), a.young)
              for s in (a.fit_seeds + "," + a.val_seeds).split(",")}
