@@ -16,17 +16,20 @@ an event stored as new (or resolved), not as went_away (what ``reported_since`` 
 series; the p-values and a loose 1e-4): the same stored events, or it says DIFFERENT.
 
 - clean: ``make_corpus`` clean series (10 % with an improvement step), history U{48..167} h before
-  the first run; one run per hour while the product sends the series to the change points (until
-  the UTC day its fit history reaches 168 h); series-days = those runs / 24;
-- steps: one regression step per series, history U{48..143} h before the first run, onset 24 h
-  after it, runs up to onset + 11 (all on the change-point path); recall within 3/6/12 runs and
-  onset +-3 h as benchmarks/detection.py's ``score``.
+  the first run (``--history LO,HI``); one run per hour while the product sends the series to the
+  change points (until the UTC day its fit history reaches 168 h); series-days = those runs / 24;
+- steps: one regression step per series, history U{48..143} h before the first run
+  (``--step-history LO,HI``), onset 24 h after it, runs up to onset + 11 (all on the change-point
+  path); recall within 3/6/12 runs and onset +-3 h as benchmarks/detection.py's ``score``.
 
 Dev seeds choose the value (largest p-value with dev <= --target); the check seed only confirms.
 
     PYTHONPATH=. .venv/bin/python benchmarks/changepoint_fa.py --pvalues 1e-6,5e-7,2e-7,1e-7,5e-8,2e-8 \\
         --dev-seeds 301,302 --check-seed 303 --clean-series 4500 --step-series 2400
     # 843 s (14 min) under nice -n 5 on the 2-core VM shared with another benchmark (2026-12-05)
+    PYTHONPATH=. .venv/bin/python benchmarks/changepoint_fa.py --pvalues 1e-6,5e-7,2e-7,1e-7,5e-8 \\
+        --dev-seeds 301,302 --check-seed 303 --clean-series 20000 --step-series 4000 --history 24,47 --step-history 0,23
+    # the population the path has since young rows (2026-12-06): a series' second day; 360 s
     PYTHONPATH=. .venv/bin/python benchmarks/changepoint_fa.py --pvalues 1e-6,5e-8 --verify 150   # 262 s
     PYTHONPATH=. .venv/bin/python benchmarks/changepoint_fa.py --quick                            # 25 s
 """
@@ -59,22 +62,25 @@ CONFIG = DetectConfig(series=(SPEC.name,))
 T0 = detection_rows.T0  # column 0, a UTC midnight
 L = max(CONFIG.lookback_hours, online.lookback_hours(CONFIG.seq))  # hours detect_regressions loads
 FIRST = L  # column of the clean series' first run (every run sees L columns)
-HISTORY = (48, 167)
+HISTORY = (48, 167)  # hours of data before a clean series' first run (--history)
+STEP_HISTORY = (48, 143)  # the same for a step series, whose onset is 24 h after its first run (--step-history)
 
 
-def short_history(n: int, seed: int, *, steps: bool):
-    """(corpus, first run, last run) per series; values NaN before each series' first hour."""
+def short_history(n: int, seed: int, *, steps: bool, history: tuple[int, int] | None = None):
+    """(corpus, first run, last run) per series; values NaN before each series' first hour.
+    history: (lo, hi) hours of data before the first run, drawn uniformly (default HISTORY or
+    STEP_HISTORY)."""
     rng = np.random.default_rng((seed, 15))
+    lo, hi = history or (STEP_HISTORY if steps else HISTORY)
     if steps:  # the step 24 h after the first run, runs until 11 h after the onset
         onsets = (FIRST + 24, FIRST + 47)
         c = make_corpus(n, hours=onsets[1] + 12, seed=seed, step_fraction=1.0, improvement_fraction=0.0, onset_range=onsets)
         first, last = c.onset - 24, c.onset + 11
-        hist = rng.integers(HISTORY[0], HISTORY[1] - 24 + 1, n)
     else:  # runs up to 7 days (a series whose model fails would stay on the change points)
         c = make_corpus(n, hours=FIRST + 7 * 24, seed=seed, step_fraction=0.0, improvement_fraction=0.1,
                         onset_range=(FIRST, FIRST + 120))
         first, last = np.full(n, FIRST), np.full(n, FIRST + 7 * 24 - 1)
-        hist = rng.integers(HISTORY[0], HISTORY[1] + 1, n)
+    hist = rng.integers(lo, hi + 1, n)
     values = np.rint(c.values * 100) / 100  # kernel_rows: total_ns of 100 launches, an integer
     values[np.arange(c.values.shape[1])[None, :] < (first - hist)[:, None]] = np.nan
     return replace(c, values=values), first, last
@@ -170,9 +176,9 @@ def verify(c, first, last, pvalues) -> str:
     return "; ".join(out)
 
 
-def measure(n, seed, pvalues) -> tuple:
+def measure(n, seed, pvalues, history=None) -> tuple:
     """n clean series of a seed: (n, series-days on the change points, {p: false alarms})."""
-    c, first, last = short_history(n, seed, steps=False)
+    c, first, last = short_history(n, seed, steps=False, history=history)
     tables, cp = replay(c.values, first, last, pvalues)
     return n, cp.sum() / 24, {p: sum(len(a) for a in tables[p].alerts()) for p in pvalues}
 
@@ -189,8 +195,12 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=1.0, help="false alarms per 1,000 clean series-days")
     ap.add_argument("--verify", type=int, default=0,
                     help="only check the replay against detect_regressions on DuckDB, on this many clean and step series")
+    ap.add_argument("--history", default=None, help=f"LO,HI hours of data before a clean series' first run (default {HISTORY})")
+    ap.add_argument("--step-history", default=None,
+                    help=f"LO,HI hours of data before a step series' first run, its onset 24 h later (default {STEP_HISTORY})")
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     args = ap.parse_args(argv)
+    hist, step_hist = (tuple(int(x) for x in h.split(",")) if h else None for h in (args.history, args.step_history))
     if args.quick:
         args.clean_series, args.check_series, args.step_series = 300, 300, 200
     t_start = time.perf_counter()
@@ -202,9 +212,9 @@ def main(argv=None) -> int:
             print(f"{kind} ({args.verify} series, seed {seed}): " + verify(*short_history(args.verify, seed, steps=steps), pvalues + [1e-4]))
         print(f"wall {time.perf_counter() - t_start:.0f} s")
         return 0
-    res = {s: measure(args.clean_series, s, pvalues) for s in dev_seeds}
-    res[args.check_seed] = measure(args.check_series or args.clean_series * len(dev_seeds), args.check_seed, pvalues)
-    steps, first, last = short_history(args.step_series, args.step_seed, steps=True)
+    res = {s: measure(args.clean_series, s, pvalues, hist) for s in dev_seeds}
+    res[args.check_seed] = measure(args.check_series or args.clean_series * len(dev_seeds), args.check_seed, pvalues, hist)
+    steps, first, last = short_history(args.step_series, args.step_seed, steps=True, history=step_hist)
     tables, _ = replay(steps.values, first, last, pvalues)
     recall = {p: score(tables[p].alerts(), [], steps, 1)["k"] for p in pvalues}
 
