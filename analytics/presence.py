@@ -9,7 +9,9 @@ kernel's history before the current absent run sets what an absent run may be:
 - under independent hours with absence rate q, a given hour starts a run of r or more absent
   hours with probability at most q^r; the run is an alarm once q^r <= ``alpha`` (a fixed
   false-alarm rate per series-hour), with q estimated as (absent + 1) / (hours + 2) (Laplace's
-  rule: an always-present kernel over a week gives q = 1/167, and 3 hours suffice);
+  rule: an always-present kernel over a week gives q = 1/167, and 3 hours suffice from 45 hours of
+  history on; Jeffreys' (absent + 0.5) / (hours + 1) lets 3 hours suffice from 23 hours but raised
+  2.3x the false alarms on kernels absent at random: benchmarks/presence_prior.py, docs/detection.md);
 - and the run must be longer than every absent run in that history (absence in bursts, such as an
   evaluation kernel every few hours, is its own habit, not a vanishing);
 - and at least ``min_size`` hours long (as every other series' step).
@@ -28,12 +30,13 @@ import numpy as np
 DEFAULT_ALPHA = 1e-5
 
 
-def needed_run(history: np.ndarray, *, alpha: float = DEFAULT_ALPHA, min_size: int = 3) -> int:
+def needed_run(history: np.ndarray, *, alpha: float = DEFAULT_ALPHA, min_size: int = 3, prior: float = 1.0) -> int:
     """Shortest absent run (hours) that is a vanished kernel, given its 0/1 ``history`` (valid
-    hours only, oldest first, starting at its first presence)."""
+    hours only, oldest first, starting at its first presence). prior: pseudo-count of each outcome
+    in the estimate of q (1: Laplace's rule, 0.5: Jeffreys')."""
     n = int(history.size)
     absent = int(n - np.count_nonzero(history))
-    q = (absent + 1) / (n + 2)
+    q = (absent + prior) / (n + 2 * prior)
     geometric = math.ceil(math.log(alpha) / math.log(q))
     return max(min_size, geometric, _longest_zero_run(history) + 1)
 
@@ -58,7 +61,7 @@ def absent_now(values: np.ndarray) -> np.ndarray:
     return (last >= 0) & (values[rows, np.maximum(last, 0)] == 0)
 
 
-def vanished(values, *, alpha: float = DEFAULT_ALPHA, min_size: int = 3, min_points: int = 24):
+def vanished(values, *, alpha: float = DEFAULT_ALPHA, min_size: int = 3, min_points: int = 24, prior: float = 1.0):
     """The vanished-kernel step of one presence series, or None.
 
     Returns ``(index, before, p_value)``: index of the first absent hour of the current run (into
@@ -77,8 +80,8 @@ def vanished(values, *, alpha: float = DEFAULT_ALPHA, min_size: int = 3, min_poi
     if history.size < min_points:
         return None
     run = x.size - start
-    if run < needed_run(history, alpha=alpha, min_size=min_size):
+    if run < needed_run(history, alpha=alpha, min_size=min_size, prior=prior):
         return None
     n, absent = history.size, int(history.size - np.count_nonzero(history))
-    q = (absent + 1) / (n + 2)
+    q = (absent + prior) / (n + 2 * prior)
     return int(idx[start]), float(np.count_nonzero(history) / n), float(q**run)

@@ -68,3 +68,12 @@ def test_alpha_sets_the_run_length():
     assert loose < default
     x = np.r_[np.ones(5), hist, np.ones(5), np.zeros(loose)]  # the bracketing hours keep hist's runs
     assert find_absence(x, config=DetectConfig(presence_alpha=1e-2)) and not find_absence(x)
+
+
+def test_the_prior_of_the_absence_rate_sets_a_young_kernels_run():
+    # Laplace's rule (the default) needs 4 absent hours after 32 present ones, 3 from 45 on;
+    # Jeffreys' (prior 0.5) 3 from the first 24 (benchmarks/presence_prior.py: 2.3x the false alarms)
+    assert [presence.needed_run(np.ones(n)) for n in (32, 44, 45)] == [4, 4, 3]
+    assert presence.needed_run(np.ones(32), prior=0.5) == 3
+    assert presence.vanished(np.r_[np.ones(32), 0, 0, 0]) is None
+    assert presence.vanished(np.r_[np.ones(32), 0, 0, 0], prior=0.5)[0] == 32
