@@ -47,7 +47,7 @@ def model_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_histo
 def cache_version(config: sq.SequentialConfig = sq.SequentialConfig(), min_history: int = MIN_HISTORY_HOURS,
                   young_history: int | None = young.YOUNG_HISTORY_HOURS) -> str:
     """The cache key of a day's model: ``model_version`` and which young rows it holds."""
-    return model_version(config, min_history) + f"/young{young_history or 0}"
+    return model_version(config, min_history) + f"/young{young_history or 0}/{young.YOUNG_MODEL_VERSION}"
 
 
 def lookback_hours(config: sq.SequentialConfig = sq.SequentialConfig()) -> int:

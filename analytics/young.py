@@ -7,6 +7,10 @@ Their random-walk drift: the mature rows' (``noise_model.drift_q2``, daily level
 when the family has any; otherwise, in a new fleet, ``lag_drift_q2`` from hourly lags, because the
 daily-level estimator needs four whole days and a fleet drifting 0.15 %/h without a drift term
 raised 12.96 false alarms per 1,000 young series-days (``benchmarks/young_series.py --drift-check``).
+From one or two days of hours a family's few dozen rows do not pin the drift down (a row's lag
+estimate is mostly noise: 37-73 % of them positive on simulated 96-h fleets), and a pooled median at
+0 where the series do wander raised 7 of 9 false alarms on ten clean 96-h fleets; so a new fleet's
+young rows take the median's upper confidence bound (``upper_median``), not the median.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import numpy as np
 
 from analytics import noise_model as nm
 
+#: Version of how young rows are fitted (part of the day model's cache key: ``online.cache_version``).
+#: 2026-12-06.2: a new fleet's drift is the median's upper confidence bound (``fitted_drift``).
+YOUNG_MODEL_VERSION = "2026-12-06.2"
 #: Fewest valid hours in the fit history for a young row; None: young rows go through the change points.
 YOUNG_HISTORY_HOURS: int | None = 24
 #: Thresholds for young rows per window length m = 1..12 h: ``benchmarks/young_series.py --targets 0.5``,
@@ -26,6 +33,8 @@ YOUNG_THRESHOLDS_VERSION = "2026-12-06.1"
 YOUNG_THRESHOLDS: tuple[float, ...] = (np.inf, np.inf, 11.80, 13.46, 14.02, 14.27, 15.55, 15.81, 16.03, 16.16, 16.28, 16.35)
 #: Hourly lags of ``lag_drift_q2``: at 12 h the AR(1) noise has forgotten itself (0.35^12 ~ 3e-6).
 SHORT_LAG, LONG_LAG = 12, 24
+#: One-sided normal quantile of the upper confidence bound on the young rows' pooled drift (97.5 %).
+DRIFT_BOUND_Z = 1.96
 
 
 def is_young(model: nm.NoiseModel, min_history: int) -> np.ndarray:
@@ -61,6 +70,19 @@ def lag_drift_q2(y: np.ndarray, sigma: np.ndarray, phi: np.ndarray) -> np.ndarra
 
 def fitted_drift(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel) -> float:
     """The family's drift from young rows alone: ``lag_drift_q2`` of the rows' fit history ``x``
-    (log units, the columns the model was fitted on), de-cycled with their model, pooled."""
+    (log units, the columns the model was fitted on), de-cycled with their model; the square root
+    of the rows' median's upper confidence bound (``upper_median``), at least 0."""
     y = x - model.cycle(np.asarray(hour_of_day, float))
-    return nm.pooled_drift(lag_drift_q2(y, model.sigma, model.phi))
+    q2 = upper_median(lag_drift_q2(y, model.sigma, model.phi))
+    return float(np.sqrt(q2)) if q2 > 0 else 0.0  # no estimate (NaN) or none above 0: no drift term
+
+
+def upper_median(v: np.ndarray, z: float = DRIFT_BOUND_Z) -> float:
+    """Distribution-free upper confidence bound of the median of the finite values of ``v``: the
+    order statistic of rank ceil(n/2 + z sqrt(n)/2) (the binomial law of the count below the
+    median, normal approximation), the largest value when n is smaller than that. NaN when none."""
+    v = np.sort(np.asarray(v, float)[np.isfinite(v)])
+    if v.size == 0:
+        return float("nan")
+    rank = int(np.ceil(v.size / 2 + z * np.sqrt(v.size) / 2))
+    return float(v[min(rank, v.size) - 1])
