@@ -1,8 +1,9 @@
 """The change-point path's significance for short-history series (analytics.lifecycle.HOURLY_MAX_PVALUE).
 
-Series with less than a week of history go through ``find_steps`` every hour. At max_pvalue 1e-6 that
-raised 1.92 false regressions per 1,000 clean series-days, at the default (5e-8) 0.90
-(benchmarks/changepoint_fa.py, docs/detection.md). These tests replay the hourly runs of a series the
+Series with less than a week of history went through ``find_steps`` every hour (since young rows,
+their first one to two days). At max_pvalue 1e-6 that raised 1.92 false regressions per 1,000 clean
+series-days with 48-167 h of history, at 5e-8 0.90; on a series' second day 4.38 at 1e-6, 1.41 at
+5e-8 and 0.76 at the default (1e-8) (benchmarks/changepoint_fa.py, docs/detection.md). These tests replay the hourly runs of a series the
 way the hourly path asks ``find_steps`` (the series up to the run hour; a bad-way step of at least
 ``min_magnitude_pct`` in the last ``tail_hours`` is an event) on fixed-seed corpus series.
 """
