@@ -34,6 +34,8 @@ def needed_run(history: np.ndarray, *, alpha: float = DEFAULT_ALPHA, min_size: i
     """Shortest absent run (hours) that is a vanished kernel, given its 0/1 ``history`` (valid
     hours only, oldest first, starting at its first presence). prior: pseudo-count of each outcome
     in the estimate of q (1: Laplace's rule, 0.5: Jeffreys')."""
+    if prior <= 0:
+        raise ValueError(f"prior must be > 0 (0 gives an always-present kernel q = 0), got {prior}")
     n = int(history.size)
     absent = int(n - np.count_nonzero(history))
     q = (absent + prior) / (n + 2 * prior)

@@ -54,7 +54,7 @@ def lag_drift_q2(y: np.ndarray, sigma: np.ndarray, phi: np.ndarray) -> np.ndarra
     steps of the walk, so its variance is V(L) = 2 s^2 (1 - phi^L) + L q^2 (s the stationary
     sigma); then q^2 = (V(LONG) - V(SHORT) - 2 s^2 (phi^SHORT - phi^LONG)) / (LONG - SHORT), each V a
     robust variance ((1.4826 x median |change|)^2, not centred: a trend is drift too). NaN where a
-    row has no change at the long lag. Noisy per row; pooled by ``noise_model.pooled_drift``."""
+    row has no change at the long lag. Noisy per row; pooled by ``fitted_drift``."""
     y = np.atleast_2d(np.asarray(y, float))
     if y.shape[1] <= LONG_LAG:
         return np.full(y.shape[0], np.nan)
@@ -80,9 +80,12 @@ def fitted_drift(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel) -
 def upper_median(v: np.ndarray, z: float = DRIFT_BOUND_Z) -> float:
     """Distribution-free upper confidence bound of the median of the finite values of ``v``: the
     order statistic of rank ceil(n/2 + z sqrt(n)/2) (the binomial law of the count below the
-    median, normal approximation), the largest value when n is smaller than that. NaN when none."""
+    median, normal approximation; z >= 0), the largest value when n is not above that (at z = 1.96,
+    n <= 7). NaN when none."""
+    if z < 0:
+        raise ValueError(f"z must be >= 0 (an upper bound), got {z}")
     v = np.sort(np.asarray(v, float)[np.isfinite(v)])
     if v.size == 0:
         return float("nan")
     rank = int(np.ceil(v.size / 2 + z * np.sqrt(v.size) / 2))
-    return float(v[min(rank, v.size) - 1])
+    return float(v[min(max(rank, 1), v.size) - 1])

@@ -52,6 +52,7 @@ PRODUCT_FITTED_DRIFT = young.fitted_drift
 def use_rule(rule: str) -> None:
     """Make ``young.fitted_drift`` pool by ``rule``: ``product`` (the shipped function), ``median``
     (``noise_model.pooled_drift``, the rule before 2026-12-06.2) or ``ucb:Z``."""
+    check_rule(rule)
     if rule == "product":
         young.fitted_drift = PRODUCT_FITTED_DRIFT
         return
@@ -64,9 +65,19 @@ def use_rule(rule: str) -> None:
         q2 = young.upper_median(q2v, z)
         return float(np.sqrt(q2)) if q2 > 0 else 0.0
 
-    if rule != "median" and z is None:
-        raise SystemExit(f"unknown rule {rule!r}: product, median or ucb:Z")
     young.fitted_drift = fitted_drift
+
+
+def check_rule(rule: str) -> None:
+    """Fail at once on a rule use_rule would not know (not after minutes of runs)."""
+    ok = rule in ("product", "median")
+    if rule.startswith("ucb:"):
+        try:
+            ok = float(rule[4:]) >= 0
+        except ValueError:
+            ok = False
+    if not ok:
+        raise SystemExit(f"unknown rule {rule!r}: product, median or ucb:Z with Z >= 0")
 
 
 def fleet(seed: int, root: Path) -> Path:
@@ -135,7 +146,6 @@ def events(seeds: list[int], rules: list[str], root: Path) -> None:
             per.append(len(ev))
             listed += [f"{seed}: {s} h{round((o - START).total_seconds() / 3600)} {m:+.1f}" for s, o, m in ev]
         print(f"| {rule} | {', '.join(map(str, per))} | {sum(per)} | {sum(p > 0 for p in per)} | {'; '.join(listed)} |", flush=True)
-    use_rule("product")
 
 
 def recall(rules: list[str], reps: int) -> None:
@@ -159,14 +169,15 @@ def recall(rules: list[str], reps: int) -> None:
                         by3 += bool(hit and hit[0][1] <= start + 4)
                         ever += bool(hit)
                     print(f"| {rule} | {n} | {100 * walk:g} | {pct:g} % | {by3} | {ever} | {reps} |", flush=True)
-    use_rule("product")
 
 
 def seed_list(text: str) -> list[int]:
-    """'13000-13009,15000' -> the seeds (ranges inclusive)."""
+    """'13000-13009,15000' -> the seeds (ranges inclusive, ascending)."""
     out: list[int] = []
-    for part in text.split(","):
+    for part in filter(None, text.split(",")):
         lo, _, hi = part.partition("-")
+        if hi and int(hi) < int(lo):
+            raise SystemExit(f"seed range {part!r} runs backwards")
         out += range(int(lo), int(hi or lo) + 1)
     return out
 
@@ -180,14 +191,19 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "cudawatch-young-drift"),
                     help="where the clean fleets' warehouses are built (reused)")
     a = ap.parse_args(argv)
+    for rule in a.rules.split(","):
+        check_rule(rule)
     t0 = time.perf_counter()
     print(f"# young_drift {a.what} ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs)\n")
-    if a.what == "estimators":
-        estimators(seed_list(a.seeds), Path(a.root))
-    elif a.what == "events":
-        events(seed_list(a.seeds), a.rules.split(","), Path(a.root))
-    else:
-        recall(a.rules.split(","), a.reps)
+    try:
+        if a.what == "estimators":
+            estimators(seed_list(a.seeds), Path(a.root))
+        elif a.what == "events":
+            events(seed_list(a.seeds), a.rules.split(","), Path(a.root))
+        else:
+            recall(a.rules.split(","), a.reps)
+    finally:
+        use_rule("product")
     print(f"\nwall {time.perf_counter() - t0:.0f} s")
     return 0
 

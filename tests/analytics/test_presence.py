@@ -77,3 +77,5 @@ def test_the_prior_of_the_absence_rate_sets_a_young_kernels_run():
     assert presence.needed_run(np.ones(32), prior=0.5) == 3
     assert presence.vanished(np.r_[np.ones(32), 0, 0, 0]) is None
     assert presence.vanished(np.r_[np.ones(32), 0, 0, 0], prior=0.5)[0] == 32
+    with pytest.raises(ValueError):
+        presence.needed_run(np.ones(32), prior=0.0)  # q = 0 for an always-present kernel: no run length

@@ -115,6 +115,21 @@ def test_upper_median_is_the_order_statistic_of_the_medians_upper_confidence_bou
     assert young.upper_median(np.r_[v, np.nan, np.inf]) == 28.0  # only finite values count
     assert young.upper_median(np.array([3.0, -1.0])) == 3.0  # fewer values than the rank: the largest
     assert np.isnan(young.upper_median(np.array([np.nan])))
+    assert young.upper_median(np.arange(7.0), z=1.96) == 6.0 and young.upper_median(np.arange(8.0), z=1.96) == 6.0
+    with pytest.raises(ValueError):
+        young.upper_median(v, z=-1.0)
+
+
+def test_a_small_new_family_takes_its_largest_rows_drift():
+    # the cost of the bound (docs/detection.md, "A new fleet's drift from one or two days"): with 7
+    # rows or fewer the bound is the largest row's estimate
+    v = series(n=4, hours=97, seed=11, sigma=0.01)
+    rows, model = online.fit_day(v, 0, bad=+1, young_history=young.YOUNG_HISTORY_HOURS)
+    a = online.fit_anchor(v.shape[1], 0)
+    hod = online.hour_of_day(v.shape[1], 0)[:a]
+    q2 = young.lag_drift_q2(np.log(v[rows, :a]) - model.cycle(hod), model.sigma, model.phi)
+    assert rows.size == 4 and model.drift == pytest.approx(np.full(4, np.sqrt(q2.max())))
+    assert np.sqrt(q2.max()) > 1.5 * np.sqrt(np.median(q2))  # here 0.29 %/h against the median's 0.16
 
 
 def test_a_new_fleets_young_drift_is_the_upper_bound_not_a_median_at_zero(tmp_path):
@@ -137,8 +152,9 @@ def test_a_new_fleets_young_drift_is_the_upper_bound_not_a_median_at_zero(tmp_pa
     x = sr.load_matrix(con, spec, as_of, online.lookback_hours()).values
     rows, model = online.fit_day(x, 0, bad=spec.bad, young_history=young.YOUNG_HISTORY_HOURS)
     a = online.fit_anchor(x.shape[1], 0)
-    hod = online.hour_of_day(x.shape[1], 0)[:a]
-    y = nm.to_log(x[rows, :a], spec.bad) - model.cycle(hod)
+    lo = max(0, a - online.sq.SequentialConfig().fit_hours)  # the fit history, as fit_day takes it
+    hod = online.hour_of_day(x.shape[1], 0)[lo:a]
+    y = nm.to_log(x[rows, lo:a], spec.bad) - model.cycle(hod)
     assert young.is_young(model, online.MIN_HISTORY_HOURS).all() and rows.size > 30
     assert nm.pooled_drift(young.lag_drift_q2(y, model.sigma, model.phi)) == 0.0  # the median: no drift
     assert model.drift[0] > 0.001  # the upper bound: 0.1 %/h or more
