@@ -148,7 +148,7 @@ def events(seeds: list[int], rules: list[str], root: Path) -> None:
         print(f"| {rule} | {', '.join(map(str, per))} | {sum(per)} | {sum(p > 0 for p in per)} | {'; '.join(listed)} |", flush=True)
 
 
-def recall(rules: list[str], reps: int) -> None:
+def recall(rules: list[str], reps: int, first_seed: int = 100) -> None:
     from benchmarks import detection_rows
     from tests.analytics.test_sequential import series
 
@@ -160,7 +160,7 @@ def recall(rules: list[str], reps: int) -> None:
             for walk in (0.0, 0.0015):
                 for pct in (6.0, 4.0):  # sigma 1 %: 6 and 4 stationary sigmas
                     by3 = ever = 0
-                    for seed in range(100, 100 + reps):
+                    for seed in range(first_seed, first_seed + reps):
                         v = series(n=n, hours=start + 12, seed=seed, sigma=0.01)
                         if walk:
                             v *= np.exp(np.cumsum(np.random.default_rng(seed + 7).normal(0, walk, v.shape), axis=1))
@@ -188,6 +188,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="13000-13009", help="clean fleets: A-B or a comma list")
     ap.add_argument("--rules", default="median,ucb:1.96")
     ap.add_argument("--reps", type=int, default=12, help="recall: series per cell")
+    ap.add_argument("--first-seed", type=int, default=100, help="recall: seed of the first series of a cell")
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "cudawatch-young-drift"),
                     help="where the clean fleets' warehouses are built (reused)")
     a = ap.parse_args(argv)
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
         elif a.what == "events":
             events(seed_list(a.seeds), a.rules.split(","), Path(a.root))
         else:
-            recall(a.rules.split(","), a.reps)
+            recall(a.rules.split(","), a.reps, a.first_seed)
     finally:
         use_rule("product")
     print(f"\nwall {time.perf_counter() - t0:.0f} s")
