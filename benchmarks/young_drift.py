@@ -8,8 +8,8 @@ confidence bound (``young.upper_median``) since. Three measurements, each per po
 
 - ``estimators``: per clean fleet (``simulator.simulate_fleet``, 8 GPUs, 96 h; the simulator's
   series walk 0.15 %/h), family and UTC day (the fits of hours 48 and 72), the young rows' drift
-  in %/h pooled by the median, the upper bound at z = 1.96 (the product), the mean and a 20 %-trimmed
-  mean;
+  in %/h pooled by the median, the upper bound at z = 1.96 (the product), the mean, a 20 %-trimmed
+  mean, and one estimate from all rows' lag changes pooled in sigma units (``pooled_lag_q2``);
 - ``events``: the clean fleets analysed as ``benchmarks/rootcause.py`` analyses its clean fleets
   (``detect.detect_regressions`` every hour from 24 to 88, then 95), events stored per fleet;
 - ``recall``: a k-sigma step 2 h after the first run in row 0 of an n-row young family (4 days of
@@ -98,8 +98,9 @@ def estimators(seeds: list[int], root: Path) -> None:
     from analytics import store
     from analytics.store import series as sr
 
-    print("| fleet | day (fit at hour) | family | young rows | median (before) | UCB z=1.96 (product) | mean | 20 %-trimmed mean |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| fleet | day (fit at hour) | family | young rows | median (before) | UCB z=1.96 (product) | mean | 20 %-trimmed mean "
+          "| pooled lag changes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for seed in seeds:
         con = store.connect(fleet(seed, root), read_only=True)
         for hour in (48, 72):
@@ -113,15 +114,31 @@ def estimators(seeds: list[int], root: Path) -> None:
                 a = online.fit_anchor(x.shape[1], 0)
                 lo = max(0, a - online.sq.SequentialConfig().fit_hours)
                 hod = online.hour_of_day(x.shape[1], 0)[lo:a]
-                q2 = young.lag_drift_q2(nm.to_log(x[rows, lo:a], spec.bad) - model.cycle(hod), model.sigma, model.phi)
+                y = nm.to_log(x[rows, lo:a], spec.bad) - model.cycle(hod)
+                q2 = young.lag_drift_q2(y, model.sigma, model.phi)
                 q2 = np.sort(q2[np.isfinite(q2)])
                 if q2.size == 0:
                     continue
                 k = int(0.2 * q2.size)
-                cells = [np.median(q2), young.upper_median(q2, 1.96), q2.mean(), q2[k:q2.size - k].mean()]
+                cells = [np.median(q2), young.upper_median(q2, 1.96), q2.mean(), q2[k:q2.size - k].mean(),
+                         pooled_lag_q2(y, model.sigma, model.phi)]
                 pct = " | ".join(f"{100 * np.sqrt(max(c, 0.0)):.3f}" for c in cells)
                 print(f"| {seed} | {hour} | {spec.name} | {q2.size} | {pct} |", flush=True)
         con.close()
+
+
+def pooled_lag_q2(y: np.ndarray, sigma: np.ndarray, phi: np.ndarray) -> float:
+    """One estimate for the family: every row's lag changes in units of its sigma, one robust
+    variance per lag over all of them (``lag_drift_q2``'s formula on the pooled changes), times the
+    rows' median sigma squared. Pools before the difference, where ``lag_drift_q2`` pools after."""
+    z = y / sigma[:, None]
+
+    def v(lag):
+        d = (z[:, lag:] - z[:, :-lag]).ravel()
+        return (nm.MAD_TO_SD * np.median(np.abs(d[np.isfinite(d)]))) ** 2
+
+    S, L = young.SHORT_LAG, young.LONG_LAG
+    return (v(L) - v(S) - 2 * float(np.mean(phi**S - phi**L))) / (L - S) * float(np.median(sigma)) ** 2
 
 
 def events(seeds: list[int], rules: list[str], root: Path) -> None:
