@@ -292,13 +292,14 @@ def drift_q2(y: np.ndarray, sigma: np.ndarray, nu: float, period: int = 24) -> n
         return (v(2) - v(1)) / B
 
 
-def pooled_drift(q2: np.ndarray) -> float:
-    """The family's random-walk step scale: sqrt of the median of the rows' ``drift_q2`` estimates,
-    at least 0 (0 without any estimate: no drift term). Pooled because one row's estimate is too
-    noisy to use alone; the median, so rows with a step or a trend in their history do not set it."""
+def pooled_drift(q2: np.ndarray, pool=np.median) -> float:
+    """The family's random-walk step scale: sqrt of ``pool`` (the median) of the rows' finite
+    ``drift_q2`` estimates, at least 0 (0 without any estimate: no drift term). Pooled because one
+    row's estimate is too noisy to use alone; the median, so rows with a step or a trend in their
+    history do not set it (a new fleet's young rows pool by ``young.upper_median``)."""
     q2 = np.asarray(q2, float)
     q2 = q2[np.isfinite(q2)]
-    return float(np.sqrt(max(float(np.median(q2)), 0.0))) if q2.size else 0.0
+    return float(np.sqrt(max(float(pool(q2)), 0.0))) if q2.size else 0.0
 
 
 def _refine_ar(u: np.ndarray, phi: np.ndarray, scale: np.ndarray, nu: float, iterations: int, *, clip: float = 3.0,

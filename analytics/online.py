@@ -67,6 +67,12 @@ def fit_anchor(n_cols: int, last_hour_of_day: int, config: sq.SequentialConfig =
     return max(0, n_cols - config.max_window - int(last_hour_of_day))
 
 
+def fit_window(n_cols: int, last_hour_of_day: int, config: sq.SequentialConfig = sq.SequentialConfig()) -> slice:
+    """Columns of the day's fit history: the ``fit_hours`` before ``fit_anchor``."""
+    a = fit_anchor(n_cols, last_hour_of_day, config)
+    return slice(max(0, a - config.fit_hours), a)
+
+
 @dataclass(frozen=True)
 class SeqResult:
     """rows: indices (into the matrix) of the series the sequential path tested; alarms: their
@@ -94,9 +100,9 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
         return np.zeros(0, dtype=int), None
     hod = hour_of_day(T, last_hour_of_day)
     x = nm.to_log(values, bad)
-    a = fit_anchor(T, last_hour_of_day, config)
-    lo = max(0, a - config.fit_hours)
-    have = np.count_nonzero(~np.isnan(x[:, lo:a]), axis=1)
+    w = fit_window(T, last_hour_of_day, config)
+    a = w.stop
+    have = np.count_nonzero(~np.isnan(x[:, w]), axis=1)
     rows, model = _fit_rows(x, hod, a, np.flatnonzero(have >= min_history), config, min_history, outliers, drift)
     if young_history is not None and young_history < min_history:
         fresh = np.flatnonzero((have >= young_history) & (have < min_history))
@@ -106,7 +112,7 @@ def fit_day(values: np.ndarray, last_hour_of_day: int, *, bad: int, config: sq.S
                 drift = float(np.median(model.drift))
         yrows, ymodel = _fit_rows(x, hod, a, fresh, config, young_history, outliers, drift)
         if ymodel is not None and drift is None:  # a new fleet: no mature rows to take the drift from
-            ymodel = replace(ymodel, drift=np.full(yrows.size, young.fitted_drift(x[yrows, lo:a], hod[lo:a], ymodel)))
+            ymodel = replace(ymodel, drift=np.full(yrows.size, young.fitted_drift(x[yrows, w], hod[w], ymodel)))
         rows, model = np.concatenate([rows, yrows]), _concat(model, ymodel)
     return (rows, model) if rows.size else (rows, None)
 
@@ -130,8 +136,7 @@ def fit_prints(values: np.ndarray, last_hour_of_day: int, config: sq.SequentialC
     anchor): valid hours, their sum and their position-weighted sum (series x 3). A cached model
     whose fingerprint no longer matches (late rows filled its history) is refitted."""
     values = np.atleast_2d(np.asarray(values, float))
-    a = fit_anchor(values.shape[1], last_hour_of_day, config)
-    x = values[:, max(0, a - config.fit_hours):a]
+    x = values[:, fit_window(values.shape[1], last_hour_of_day, config)]
     ok = ~np.isnan(x)
     v = np.where(ok, x, 0.0)
     return np.column_stack([ok.sum(axis=1), v.sum(axis=1), v @ np.arange(1, x.shape[1] + 1, dtype=float)])

@@ -69,12 +69,15 @@ def lag_drift_q2(y: np.ndarray, sigma: np.ndarray, phi: np.ndarray) -> np.ndarra
 
 
 def fitted_drift(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel) -> float:
-    """The family's drift from young rows alone: ``lag_drift_q2`` of the rows' fit history ``x``
-    (log units, the columns the model was fitted on), de-cycled with their model; the square root
-    of the rows' median's upper confidence bound (``upper_median``), at least 0."""
-    y = x - model.cycle(np.asarray(hour_of_day, float))
-    q2 = upper_median(lag_drift_q2(y, model.sigma, model.phi))
-    return float(np.sqrt(q2)) if q2 > 0 else 0.0  # no estimate (NaN) or none above 0: no drift term
+    """The family's drift from young rows alone: ``row_drift_q2`` of the rows' fit history ``x``
+    (log units, the columns the model was fitted on) pooled by ``noise_model.pooled_drift`` with the
+    median's upper confidence bound (``upper_median``) instead of the median."""
+    return nm.pooled_drift(row_drift_q2(x, hour_of_day, model), pool=upper_median)
+
+
+def row_drift_q2(x: np.ndarray, hour_of_day: np.ndarray, model: nm.NoiseModel) -> np.ndarray:
+    """``lag_drift_q2`` of each young row: its fit history ``x`` (log units) de-cycled with ``model``."""
+    return lag_drift_q2(x - model.cycle(np.asarray(hour_of_day, float)), model.sigma, model.phi)
 
 
 def upper_median(v: np.ndarray, z: float = DRIFT_BOUND_Z) -> float:

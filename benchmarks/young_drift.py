@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import os
 import shutil
 import sys
@@ -56,16 +57,8 @@ def use_rule(rule: str) -> None:
     if rule == "product":
         young.fitted_drift = PRODUCT_FITTED_DRIFT
         return
-    z = float(rule.split(":")[1]) if rule.startswith("ucb:") else None
-
-    def fitted_drift(x, hour_of_day, model):
-        q2v = young.lag_drift_q2(x - model.cycle(np.asarray(hour_of_day, float)), model.sigma, model.phi)
-        if z is None:
-            return nm.pooled_drift(q2v)
-        q2 = young.upper_median(q2v, z)
-        return float(np.sqrt(q2)) if q2 > 0 else 0.0
-
-    young.fitted_drift = fitted_drift
+    pool = np.median if rule == "median" else functools.partial(young.upper_median, z=float(rule[4:]))
+    young.fitted_drift = lambda x, hour_of_day, model: nm.pooled_drift(young.row_drift_q2(x, hour_of_day, model), pool=pool)
 
 
 def check_rule(rule: str) -> None:
@@ -111,10 +104,8 @@ def estimators(seeds: list[int], root: Path) -> None:
                 rows, model = online.fit_day(x, 0, bad=spec.bad, young_history=young.YOUNG_HISTORY_HOURS)
                 if model is None:
                     continue
-                a = online.fit_anchor(x.shape[1], 0)
-                lo = max(0, a - online.sq.SequentialConfig().fit_hours)
-                hod = online.hour_of_day(x.shape[1], 0)[lo:a]
-                y = nm.to_log(x[rows, lo:a], spec.bad) - model.cycle(hod)
+                w = online.fit_window(x.shape[1], 0)
+                y = nm.to_log(x[rows, w], spec.bad) - model.cycle(online.hour_of_day(x.shape[1], 0)[w])
                 q2 = young.lag_drift_q2(y, model.sigma, model.phi)
                 q2 = np.sort(q2[np.isfinite(q2)])
                 if q2.size == 0:

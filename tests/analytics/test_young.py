@@ -6,6 +6,7 @@ series found by the third hourly run. docs/detection.md ("Young series")."""
 import numpy as np
 import pytest
 
+from analytics import noise_model as nm
 from analytics import online, young
 from benchmarks import detection_rows
 from tests.analytics.test_sequential import series
@@ -125,9 +126,8 @@ def test_a_small_new_family_takes_its_largest_rows_drift():
     # rows or fewer the bound is the largest row's estimate
     v = series(n=4, hours=97, seed=11, sigma=0.01)
     rows, model = online.fit_day(v, 0, bad=+1, young_history=young.YOUNG_HISTORY_HOURS)
-    a = online.fit_anchor(v.shape[1], 0)
-    hod = online.hour_of_day(v.shape[1], 0)[:a]
-    q2 = young.lag_drift_q2(np.log(v[rows, :a]) - model.cycle(hod), model.sigma, model.phi)
+    w = online.fit_window(v.shape[1], 0)
+    q2 = young.row_drift_q2(nm.to_log(v[rows, w], +1), online.hour_of_day(v.shape[1], 0)[w], model)
     assert rows.size == 4 and model.drift == pytest.approx(np.full(4, np.sqrt(q2.max())))
     assert np.sqrt(q2.max()) > 1.5 * np.sqrt(np.median(q2))  # here 0.29 %/h against the median's 0.16
 
@@ -140,7 +140,6 @@ def test_a_new_fleets_young_drift_is_the_upper_bound_not_a_median_at_zero(tmp_pa
 
     import simulator
     from analytics import detect, store
-    from analytics import noise_model as nm
     from analytics.store import series as sr
 
     start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
@@ -151,11 +150,9 @@ def test_a_new_fleets_young_drift_is_the_upper_bound_not_a_median_at_zero(tmp_pa
     spec = sr.SPEC_BY_NAME["kernel_time_share"]
     x = sr.load_matrix(con, spec, as_of, online.lookback_hours()).values
     rows, model = online.fit_day(x, 0, bad=spec.bad, young_history=young.YOUNG_HISTORY_HOURS)
-    a = online.fit_anchor(x.shape[1], 0)
-    lo = max(0, a - online.sq.SequentialConfig().fit_hours)  # the fit history, as fit_day takes it
-    hod = online.hour_of_day(x.shape[1], 0)[lo:a]
-    y = nm.to_log(x[rows, lo:a], spec.bad) - model.cycle(hod)
+    w = online.fit_window(x.shape[1], 0)  # the fit history, as fit_day takes it
+    q2 = young.row_drift_q2(nm.to_log(x[rows, w], spec.bad), online.hour_of_day(x.shape[1], 0)[w], model)
     assert young.is_young(model, online.MIN_HISTORY_HOURS).all() and rows.size > 30
-    assert nm.pooled_drift(young.lag_drift_q2(y, model.sigma, model.phi)) == 0.0  # the median: no drift
+    assert nm.pooled_drift(q2) == 0.0  # the median: no drift
     assert model.drift[0] > 0.001  # the upper bound: 0.1 %/h or more
     assert detect.detect_regressions(con, as_of) == []
