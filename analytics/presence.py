@@ -34,12 +34,7 @@ def needed_run(history: np.ndarray, *, alpha: float = DEFAULT_ALPHA, min_size: i
     """Shortest absent run (hours) that is a vanished kernel, given its 0/1 ``history`` (valid
     hours only, oldest first, starting at its first presence). prior: pseudo-count of each outcome
     in the estimate of q (1: Laplace's rule, 0.5: Jeffreys')."""
-    if prior <= 0:
-        raise ValueError(f"prior must be > 0 (0 gives an always-present kernel q = 0), got {prior}")
-    n = int(history.size)
-    absent = int(n - np.count_nonzero(history))
-    q = (absent + prior) / (n + 2 * prior)
-    geometric = math.ceil(math.log(alpha) / math.log(q))
+    geometric = math.ceil(math.log(alpha) / math.log(absence_rate(history, prior)))
     return max(min_size, geometric, _longest_zero_run(history) + 1)
 
 
@@ -49,6 +44,14 @@ def _longest_zero_run(x: np.ndarray) -> int:
     z = np.concatenate(([0], (x == 0).astype(np.int8), [0]))
     d = np.diff(z)
     return int((np.flatnonzero(d == -1) - np.flatnonzero(d == 1)).max())
+
+
+def absence_rate(history: np.ndarray, prior: float = 1.0) -> float:
+    """q: the share of absent hours in ``history`` with ``prior`` pseudo-hours of each outcome."""
+    if prior <= 0:
+        raise ValueError(f"prior must be > 0 (0 gives an always-present kernel q = 0), got {prior}")
+    n = int(history.size)
+    return (n - np.count_nonzero(history) + prior) / (n + 2 * prior)
 
 
 def absent_now(values: np.ndarray) -> np.ndarray:
@@ -84,6 +87,4 @@ def vanished(values, *, alpha: float = DEFAULT_ALPHA, min_size: int = 3, min_poi
     run = x.size - start
     if run < needed_run(history, alpha=alpha, min_size=min_size, prior=prior):
         return None
-    n, absent = history.size, int(history.size - np.count_nonzero(history))
-    q = (absent + prior) / (n + 2 * prior)
-    return int(idx[start]), float(np.count_nonzero(history) / n), float(q**run)
+    return int(idx[start]), float(np.count_nonzero(history) / history.size), float(absence_rate(history, prior) ** run)
