@@ -28,8 +28,9 @@ _PRIORITY = {"kernel_mean_ns": 0, "kernel_id_mean_ns": 1, "kernel_launch_share":
              "gpu_mem_clock_mhz": 7}
 
 #: ``DetectConfig.max_pvalue``: the significance the hourly path's change points need (series with
-#: too little fit history for the sequential detector, and the families it never tests: GPU clocks). Replaying that path on short-history corpus series (48-167 h before
-#: the first run; benchmarks/changepoint_fa.py, 2026-12-05) gave 1.92 false regressions per 1,000
+#: too little fit history for the sequential detector, and the families it never tests: GPU
+#: clocks). Replaying that path on short-history corpus series (48-167 h before the first run;
+#: benchmarks/changepoint_fa.py, 2026-12-05) gave 1.92 false regressions per 1,000
 #: clean series-days at 1e-6 (60 on 31,182 series-days; check seed 1.84), 1.03 at 1e-7 and 0.90 at
 #: 5e-8 (28; check seed 0.87). Since young rows (2026-12-06) the path keeps a series' first one to two
 #: days; on its second day (24-47 h of history before the first run, ``--history 24,47``) 5e-8 gave
