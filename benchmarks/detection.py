@@ -6,8 +6,11 @@ history, then 7 days of hourly runs, one run per hour) with the same 2 % minimum
 same one-alert-per-event rule. Rows:
 
 - clairvoyant t(4)-GLR: the GLR of analytics.sequential with the true noise model, outlier hours
-  known and removed (an upper bound); robust oracle: true noise model, outlier hours not known
-  (the true mixture likelihood) — the reachable limit;
+  known and removed (an upper bound); robust oracle: outlier hours not known (the true mixture
+  likelihood), but the realised level, daily cycle and random-walk path of every hour known;
+  model-known oracle: the true noise model (AR, innovation and outlier laws, daily cycle,
+  random-walk step) and nothing of its realisation — the level from the reference hours, the walk
+  through the drift term, as a detector that knew the model exactly would have to;
 - cudawatch hourly path: ``analytics.online.sequential_alarms`` / ``scan_stats``, the functions
   ``analytics.detect.detect_regressions`` runs on each family's loaded matrix (same window, same
   series selection, same daily model, same alarm rule);
@@ -24,6 +27,7 @@ GLR row is calibrated with the product's tail-probability weights per window len
 
     .venv/bin/python benchmarks/detection.py                       # full size, ~33 min on 2 cores (2026-12-05 13:10, with the equal-weight rows)
     .venv/bin/python benchmarks/detection.py --quick               # small sizes, ~2 min
+    .venv/bin/python benchmarks/detection.py --glr-only            # the oracle rows and cudawatch's only
 
 A detection matches a step when its onset is within +-3 h; time to detection counts hourly runs
 including the onset hour's (1 = the run that first saw the new level); "within 3 runs" = found
@@ -57,6 +61,7 @@ ONSETS = (HISTORY + 12, HOURS - 13)  # every step has 12 runs after it
 MATCH_H = 3
 K_SHOW = (1.0, 2.0, 3.0, 4.0, 6.0, 10.0)
 CW = "**cudawatch hourly path** (analytics.online, as detect_regressions runs it)"
+MODEL_ORACLE = "model-known oracle (noise model known, its realisation not: level from the reference, walk as drift)"
 EQUAL = (1.0,)
 EQUAL_TAG = ", equal weights per window length"
 
@@ -185,6 +190,10 @@ def main(argv=None) -> int:
                          "(e.g. those benchmarks/calibration_size.py printed for the same seed-101 series and target)")
     ap.add_argument("--product-only", action="store_true",
                     help="only the cudawatch hourly-path row (calibrated on --cal-series): a method change's cost in recall")
+    ap.add_argument("--glr-only", action="store_true",
+                    help="only the GLR rows (oracles and cudawatch), not detect_regressions, the competitors or the cost")
+    ap.add_argument("--rows", default="", help="with --glr-only: comma-separated words; keep the GLR rows whose name holds one "
+                                               "(e.g. 'robust,model-known,cudawatch')")
     ap.add_argument("--speed-only", action="store_true",
                     help="only the cost of the hourly update on --speed-series series, at DEFAULT_THRESHOLDS")
     args = ap.parse_args(argv)
@@ -218,8 +227,16 @@ def main(argv=None) -> int:
     glr_rows = {} if args.product_only else {
         "clairvoyant t(4)-GLR (noise model and outlier hours known)": lambda c: rows.oracle_stats(c, HISTORY, clairvoyant=True),
         "robust oracle (noise model known, outlier hours not)": lambda c: rows.oracle_stats(c, HISTORY, clairvoyant=False),
+        MODEL_ORACLE: lambda c: rows.model_oracle_stats(c, HISTORY),
     }
     glr_rows[CW] = lambda c: rows.product_stats(c.values, HISTORY, cfg)
+    if args.rows:
+        if not args.glr_only:
+            ap.error("--rows needs --glr-only")
+        keep = [w.strip() for w in args.rows.split(",") if w.strip()]
+        glr_rows = {k: v for k, v in glr_rows.items() if any(w in k for w in keep)}
+        if CW not in glr_rows:
+            ap.error("--rows must keep the cudawatch row (its thresholds are printed)")
     # each GLR row under the product's calibration weights, and (not with --thresholds) under equal
     # weights per window length: what the weighting buys and costs, the oracles' included
     weightings = {"": fleet_calibration.WINDOW_WEIGHTS}
@@ -243,7 +260,7 @@ def main(argv=None) -> int:
             results[name] = score(a_steps, a_clean, steps, args.clean_series)
             notes[name] = note
         del step_stats, clean_stats
-    if args.product_only:
+    if args.product_only or args.glr_only:
         args.speed_series = 0
     else:
         _other_rows(args, steps, clean, thresholds[CW], results, notes)

@@ -1,9 +1,10 @@
 """The rows of the detection benchmark: each replays the hourly protocol on a corpus and returns,
 per series, its alerts as (onset hour, run hour) pairs. Used by benchmarks/detection.py.
 
-- ``product_stats`` / ``oracle_stats``: the product's hourly path on the loaded matrix
-  (analytics.online: the day's noise model, ``scan_stats`` every hour), and the same GLR with the
-  corpus' true noise model (the oracle rows). Their statistics are thresholded with
+- ``product_stats`` / ``oracle_stats`` / ``model_oracle_stats``: the product's hourly path on the
+  loaded matrix (analytics.online: the day's noise model, ``scan_stats`` every hour), the same GLR
+  with the corpus' realised level, cycle and drift path known (the oracle rows), and with only the
+  true noise model known (level from the reference hours, the walk through the drift term). Their statistics are thresholded with
   ``alerts_from_stats`` (thresholds from analytics.calibration).
 - ``old_detect_regressions``: ``analytics.detect.detect_regressions`` itself (with DetectConfig
   fields: ``sequential=False`` is the previous, change-point-only path), run hour by hour on a real
@@ -85,6 +86,22 @@ def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool)
     oc = sq.SequentialConfig(**{**cfg.__dict__, "nu": df})
     M = cfg.max_window
     return _replay(x, start, oc, lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
+
+
+def model_oracle_stats(corpus, start, cfg=sq.SequentialConfig()):
+    """The limit with the noise *model* known and nothing of its realisation: the true AR
+    coefficient, innovation law, outlier law, daily cycle and random-walk step, as a fitted model
+    would hold them. The level is not given: the random walk's current value is noise, so the level
+    before each onset comes from the reference hours, and the walk enters the no-step hypothesis
+    through the drift term, as on the product's path. ``oracle_stats`` gives the realised level,
+    cycle and walk of every hour: more than a noise model holds."""
+    x = np.log(corpus.values)
+    n = x.shape[0]
+    phi, df = corpus.phi, corpus.df
+    scale = corpus.sigma * np.sqrt(1 - phi**2) * np.sqrt((df - 2) / df)
+    model = nm.NoiseModel(phi=np.full(n, phi), scale=scale, nu=df, season=corpus.season, ok=np.ones(n, bool),
+                          hours=np.full(n, x.shape[1]), outliers=true_outlier_law(phi), drift=corpus.drift_q)
+    return _replay(x, start, sq.SequentialConfig(**{**cfg.__dict__, "nu": df}), lambda t: model)
 
 
 def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):

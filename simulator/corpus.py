@@ -43,6 +43,11 @@ class Corpus:
     outlier_log: np.ndarray | None = None
     phi: float = 0.35
     df: float = 4.0
+    #: The noise model's remaining parts, for the model-known oracle row: the daily cycle as Fourier
+    #: coefficients (n, 4; analytics.noise_model's cos/sin layout, hour of day = column index mod 24)
+    #: and each series' random-walk step (log units per hour).
+    season: np.ndarray | None = None
+    drift_q: np.ndarray | None = None
 
     @property
     def regression(self) -> np.ndarray:
@@ -94,8 +99,12 @@ def make_corpus(
     for h in range(1, hours):
         ar[:, h] = phi * ar[:, h - 1] + eps[:, h]
     hour = np.arange(hours)
-    diurnal = (rng.uniform(0, diurnal_max, n) * sigma)[:, None] * np.sin(2 * np.pi * (hour[None, :] + rng.uniform(0, 24, n)[:, None]) / 24)
-    drift = np.cumsum(rng.normal(0, 1, (n, hours)) * rng.uniform(0, drift_max, n)[:, None], axis=1)
+    amp = rng.uniform(0, diurnal_max, n) * sigma  # the draws in this order: the corpus of a seed never changes
+    phase = rng.uniform(0, 24, n)
+    diurnal = amp[:, None] * np.sin(2 * np.pi * (hour[None, :] + phase[:, None]) / 24)
+    walk = rng.normal(0, 1, (n, hours))
+    q = rng.uniform(0, drift_max, n)
+    drift = np.cumsum(walk * q[:, None], axis=1)
     spikes = (rng.random((n, hours)) < outlier_p) * rng.uniform(0.08, 0.45, (n, hours))
     step = np.zeros((n, hours))
     sign = np.where(has_step, 1.0, -1.0)
@@ -103,8 +112,10 @@ def make_corpus(
         step[i, onset[i]:] = math.log1p(sign[i] * step_pct[i] / 100)
     base = np.exp(rng.uniform(math.log(1e4), math.log(1e6), n))
     values = base[:, None] * np.exp(ar + diurnal + drift + step) * (1 + spikes)
+    theta = 2 * np.pi * phase / 24  # amp sin(w + theta) = amp sin(theta) cos(w) + amp cos(theta) sin(w)
+    season = np.stack([amp * np.sin(theta), amp * np.cos(theta), np.zeros(n), np.zeros(n)], axis=1)
     return Corpus(values, onset, k, step_pct, sigma, has_step, mean_log=np.log(base)[:, None] + diurnal + drift,
-                  outlier_log=np.log1p(spikes), phi=phi, df=df)
+                  outlier_log=np.log1p(spikes), phi=phi, df=df, season=season, drift_q=q)
 
 
 def kernel_rows(values: np.ndarray, start):

@@ -58,3 +58,4 @@ def test_first_hit_matches_the_onset_within_three_hours():
     assert jt.first_hit([[(100, 104)], [(99, 102)]], 100) == 3
     assert jt.first_hit([[(95, 101)]], 100) == math.inf  # placed 5 h early: another event
     assert jt.first_hit([], 100) == math.inf
+
