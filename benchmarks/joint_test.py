@@ -80,11 +80,13 @@ def with_steps(values: np.ndarray, sigma: np.ndarray, g: int, k: float, seed: in
 
 
 def joint(S, V, Z, g: int):
-    """Group statistics: sum of members' statistics clipped at 0; valid hours the members' least;
-    reference rise the members' mean z times sqrt(g)."""
+    """Group statistics: sum of members' statistics clipped at 0; valid hours the least over the
+    members the path tested (an untested member adds nothing and blocks nothing); reference rise
+    the members' mean z times sqrt(g)."""
     n, R, M = S.shape
     Sg = np.maximum(np.nan_to_num(S, neginf=0.0), 0.0).reshape(n // g, g, R, M).sum(axis=1)
-    Vg = V.reshape(n // g, g, R, M).min(axis=1)
+    Vg = np.where(np.isneginf(S), np.inf, V).reshape(n // g, g, R, M).min(axis=1)
+    Vg = np.where(np.isinf(Vg), 0.0, Vg)
     Zg = np.nan_to_num(Z, neginf=0.0).reshape(n // g, g, R, M).mean(axis=1) * math.sqrt(g)
     return Sg, Vg, Zg
 

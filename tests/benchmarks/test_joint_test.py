@@ -15,11 +15,11 @@ _spec.loader.exec_module(jt)
 def test_joint_sums_members_clipped_at_zero():
     # 2 groups of 2 series, 1 run, 3 windows
     S = np.array([[[1.0, -2.0, 3.0]], [[0.5, 4.0, -np.inf]], [[-1.0, -1.0, -1.0]], [[2.0, 2.0, 2.0]]])
-    V = np.array([[[3, 3, 3]], [[3, 2, 3]], [[3, 3, 3]], [[1, 3, 3]]], float)
+    V = np.array([[[3, 3, 3]], [[3, 2, 0]], [[3, 3, 3]], [[1, 3, 3]]], float)
     Z = np.array([[[1.0, 0.0, 0.0]], [[3.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]], [[2.0, 0.0, 0.0]]])
     Sg, Vg, Zg = jt.joint(S, V, Z, 2)
     np.testing.assert_allclose(Sg, [[[1.5, 4.0, 3.0]], [[2.0, 2.0, 2.0]]])  # a member against a step adds 0, not less
-    np.testing.assert_allclose(Vg, [[[3, 2, 3]], [[1, 3, 3]]])
+    np.testing.assert_allclose(Vg, [[[3, 2, 3]], [[1, 3, 3]]])  # member 2's untested window (-inf, 0 valid) blocks nothing
     np.testing.assert_allclose(Zg[:, 0, 0], [2.0 * math.sqrt(2), 1.0 * math.sqrt(2)])
 
 
