@@ -73,19 +73,27 @@ def true_outlier_law(phi: float, lo: float = 0.08, hi: float = 0.45) -> OutlierL
     return OutlierLaw(0.01, 0.01, edges, pos, neg)
 
 
+def true_model(corpus, hours: int, *, outliers: bool, known_mean: bool) -> nm.NoiseModel:
+    """The corpus' noise model as a fit would hold it: the true AR coefficient, t scale of the
+    innovations and, with ``outliers``, the true outlier law. known_mean: the level, cycle and walk
+    are given to ``scan`` as a mean path (no cycle, no drift here); otherwise the model carries the
+    true daily cycle and random-walk step."""
+    n = corpus.values.shape[0]
+    phi, df = corpus.phi, corpus.df
+    scale = corpus.sigma * np.sqrt(1 - phi**2) * np.sqrt((df - 2) / df)
+    return nm.NoiseModel(phi=np.full(n, phi), scale=scale, nu=df, season=np.zeros((n, 4)) if known_mean else corpus.season,
+                         ok=np.ones(n, bool), hours=np.full(n, hours), outliers=true_outlier_law(phi) if outliers else None,
+                         drift=None if known_mean else corpus.drift_q)
+
+
 def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool):
     """The limit: the same GLR with the true AR coefficient, innovation law, level, daily cycle and
     drift. clairvoyant: outlier hours known (removed), innovations t(df); otherwise the outlier
     hours are unknown and the likelihood is the true mixture of t(df) and the outlier law."""
     x = np.log(corpus.values) - (corpus.outlier_log if clairvoyant else 0.0)
-    n = x.shape[0]
-    phi, df = corpus.phi, corpus.df
-    scale = corpus.sigma * np.sqrt(1 - phi**2) * np.sqrt((df - 2) / df)
-    model = nm.NoiseModel(phi=np.full(n, phi), scale=scale, nu=df, season=np.zeros((n, 4)), ok=np.ones(n, bool),
-                          hours=np.full(n, x.shape[1]), outliers=None if clairvoyant else true_outlier_law(phi))
-    oc = sq.SequentialConfig(**{**cfg.__dict__, "nu": df})
+    model = true_model(corpus, x.shape[1], outliers=not clairvoyant, known_mean=True)
     M = cfg.max_window
-    return _replay(x, start, oc, lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
+    return _replay(x, start, _with_nu(cfg, corpus.df), lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
 
 
 def model_oracle_stats(corpus, start, cfg=sq.SequentialConfig()):
@@ -96,12 +104,12 @@ def model_oracle_stats(corpus, start, cfg=sq.SequentialConfig()):
     through the drift term, as on the product's path. ``oracle_stats`` gives the realised level,
     cycle and walk of every hour: more than a noise model holds."""
     x = np.log(corpus.values)
-    n = x.shape[0]
-    phi, df = corpus.phi, corpus.df
-    scale = corpus.sigma * np.sqrt(1 - phi**2) * np.sqrt((df - 2) / df)
-    model = nm.NoiseModel(phi=np.full(n, phi), scale=scale, nu=df, season=corpus.season, ok=np.ones(n, bool),
-                          hours=np.full(n, x.shape[1]), outliers=true_outlier_law(phi), drift=corpus.drift_q)
-    return _replay(x, start, sq.SequentialConfig(**{**cfg.__dict__, "nu": df}), lambda t: model)
+    model = true_model(corpus, x.shape[1], outliers=True, known_mean=False)
+    return _replay(x, start, _with_nu(cfg, corpus.df), lambda t: model)
+
+
+def _with_nu(cfg: sq.SequentialConfig, nu: float) -> sq.SequentialConfig:
+    return sq.SequentialConfig(**{**cfg.__dict__, "nu": nu})
 
 
 def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
