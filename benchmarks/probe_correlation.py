@@ -61,31 +61,32 @@ def main() -> None:
         if finalize:
             cupti.finalize()
 
-    def traced_phase(label, reattach=True):
+    def timed_steps() -> float:
+        t0 = time.perf_counter()
+        run_steps()
+        return time.perf_counter() - t0
+
+    def traced_phase(reattach: bool) -> float:
+        """Seconds of one phase traced from a fresh attach (``reattach``) or by re-enabling the kind."""
         if reattach:
             attach()
         else:
             cupti.activity_enable(AK.CONCURRENT_KERNEL)
         recs.clear()
-        t0 = time.perf_counter()
-        run_steps()
-        wall = time.perf_counter() - t0
-        return label, wall
+        return timed_steps()
 
     out: dict = {"steps": args.steps, "kernels_per_step": args.kernels, "phases": []}
     run_steps()  # warm-up, untraced
     for mode in ("finalize", "disable_only"):
         phases = []
         for i in range(3):
-            label, wall = traced_phase(f"{mode}-on{i}", reattach=(mode == "finalize" or i == 0))
+            wall = traced_phase(reattach=(mode == "finalize" or i == 0))
             drain_out(finalize=(mode == "finalize"))
             ids = sorted(r[0] for r in recs)
-            phases.append({"label": label, "wall_s": wall, "kernels": len(ids),
+            phases.append({"label": f"{mode}-on{i}", "wall_s": wall, "kernels": len(ids),
                            "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None,
-                           "id_span": (ids[-1] - ids[0] + 1) if ids else None})
-            t0 = time.perf_counter()
-            run_steps()  # untraced
-            phases[-1]["untraced_wall_s"] = time.perf_counter() - t0
+                           "id_span": (ids[-1] - ids[0] + 1) if ids else None,
+                           "untraced_wall_s": timed_steps()})
         if mode == "disable_only":
             cupti.finalize()
         for a, b in zip(phases, phases[1:]):
