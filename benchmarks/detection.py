@@ -25,9 +25,11 @@ seeds (>= 30,000 series-days by default), recall on step seeds, all seeds unused
 GLR row is calibrated with the product's tail-probability weights per window length
 (``analytics.fleet_calibration.WINDOW_WEIGHTS``) and again with equal weights (rows tagged so).
 
-    .venv/bin/python benchmarks/detection.py                       # full size, ~33 min on 2 cores (2026-12-05 13:10, with the equal-weight rows)
+    .venv/bin/python benchmarks/detection.py                       # full size, ~33 min on 2 cores (2026-12-05 13:10, with the equal-weight rows;
+                                                                   # the model-known oracle row came later: not timed in a full run)
     .venv/bin/python benchmarks/detection.py --quick               # small sizes, ~2 min
     .venv/bin/python benchmarks/detection.py --glr-only            # the oracle rows and cudawatch's only
+    .venv/bin/python benchmarks/detection.py --glr-only --rows robust,model-known,cudawatch   # 2,093 s (2026-12-06)
 
 A detection matches a step when its onset is within +-3 h; time to detection counts hourly runs
 including the onset hour's (1 = the run that first saw the new level); "within 3 runs" = found
