@@ -23,7 +23,6 @@ import numpy as np
 from analytics import calibration as cal
 from analytics import fleet_calibration
 from analytics import noise_model as nm
-from analytics import online
 from analytics.outliers import OutlierLaw
 from analytics import sequential as sq
 
