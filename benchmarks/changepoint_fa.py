@@ -187,6 +187,19 @@ def measure(n, seed, pvalues, history=None) -> tuple:
     return n, cp.sum() / 24, {p: sum(len(a) for a in tables[p].alerts()) for p in pvalues}
 
 
+def _hours_range(ap: argparse.ArgumentParser, text: str | None) -> tuple[int, int] | None:
+    """'LO,HI' -> (LO, HI) with 0 <= LO <= HI (None when not given)."""
+    if not text:
+        return None
+    try:
+        lo, hi = (int(x) for x in text.split(","))
+    except ValueError:
+        ap.error(f"expected LO,HI hours, got {text!r}")
+    if not 0 <= lo <= hi:
+        ap.error(f"expected 0 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pvalues", default="1e-6,1e-7,5e-8", help="comma-separated max_pvalue values")
@@ -204,7 +217,7 @@ def main(argv=None) -> int:
                     help=f"LO,HI hours of data before a step series' first run, its onset 24 h later (default {STEP_HISTORY})")
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     args = ap.parse_args(argv)
-    hist, step_hist = (tuple(int(x) for x in h.split(",")) if h else None for h in (args.history, args.step_history))
+    hist, step_hist = (_hours_range(ap, h) for h in (args.history, args.step_history))
     if args.quick:
         args.clean_series, args.check_series, args.step_series = 300, 300, 200
     t_start = time.perf_counter()

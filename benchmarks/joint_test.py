@@ -181,10 +181,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7100)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    rhos = [float(r) for r in args.rho.split(",")]
+    if not all(0.0 <= r <= 1.0 for r in rhos) or args.group < 2:
+        ap.error(f"--rho values must lie in [0, 1] (got {args.rho}) and --group be at least 2 (got {args.group})")
     args.deploy_k = [float(x) for x in args.deploy_k.split(",")]
     args.single_k = [float(x) for x in args.single_k.split(",")]
     args.half_k = [float(x) for x in args.half_k.split(",") if x]
-    results = [run_rho(float(r), args) for r in args.rho.split(",")]
+    results = [run_rho(r, args) for r in rhos]
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:

@@ -59,3 +59,12 @@ def test_first_hit_matches_the_onset_within_three_hours():
     assert jt.first_hit([[(95, 101)]], 100) == math.inf  # placed 5 h early: another event
     assert jt.first_hit([], 100) == math.inf
 
+
+
+def test_a_correlation_outside_zero_one_is_refused_not_a_nan_table():
+    import pytest
+
+    for argv in (["--rho", "1.5"], ["--rho", "-0.1"], ["--group", "1"]):
+        with pytest.raises(SystemExit) as e:
+            jt.main(argv)
+        assert e.value.code == 2
