@@ -22,14 +22,14 @@ start() {
         echo $! > $D/$w.pid
     done
     sleep 45
-    tail -2 $D/lm.log $D/launch.log; ls $D
+    tail -n 2 $D/lm.log $D/launch.log; ls $D
 }
 finish() {
     for w in lm launch; do
         while kill -0 "$(cat $D/$w.pid)" 2>/dev/null; do sleep 5; done
     done
     pkill -P "$(cat $D/smi.pid)" 2>/dev/null; kill "$(cat $D/smi.pid)" 2>/dev/null
-    tail -3 $D/lm.log $D/launch.log
+    tail -n 3 $D/lm.log $D/launch.log
     for w in lm launch; do
         python3 benchmarks/soak.py analyze --shards $D/shards --train $D/$w.json --kps $D/kps_$w.json --job soak-$w --json $D/an_$w.json 2>&1 | tail -14
         python3 benchmarks/soak.py phases --train $D/$w.json --duty-log $D/duty_$w.json --kps $D/kps_$w.json --json $D/ph_$w.json 2>&1
