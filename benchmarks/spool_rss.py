@@ -1,0 +1,109 @@
+"""Does the collector's window path (aggregate → rows → spool → hourly shard) keep native memory?
+
+The 15-minute soaks grow ~0.65-0.95 MiB a minute after their first minutes (docs/benchmarks.md
+§9, §14), and the same loop without a collector is flat. ``tests/collector/test_retention.py``
+shows with ``tracemalloc`` that this path keeps no *Python* memory per window, but tracemalloc does
+not see pyarrow's native allocations (its memory pool, Parquet writers and readers). This script
+runs the product's own path, in process, with real H200 records (``tests/data/cupti/records.jsonl.gz``)
+shifted to one window after another through one long-lived aggregator, closing each window and
+rotating as the session does (an hour's shards once it is over), and samples the process RSS (``/proc/self/statm``) and pyarrow's allocated bytes after
+each rotation. No GPU needed: run it on the GPU host's Python too (3.12 there), where the soaks ran.
+
+    python benchmarks/spool_rss.py --windows 1440 --json spool_rss.json     # a day of 60-s windows
+
+Reports the RSS at each rotation and its least-squares slope after the first quarter, in MiB per
+1,000 windows (a soak's tail of 0.95 MiB a minute would be ~950 MiB per 1,000 windows if it came
+from here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+
+from collector.aggregate import Aggregator
+from collector.replay import load_records
+from collector.rows import ProcessMeta
+from collector.spool import Spool
+
+RECORDS = Path(__file__).resolve().parents[1] / "tests" / "data" / "cupti" / "records.jsonl.gz"
+EPOCH_S = 1_699_999_200  # first window start, on a whole hour (2023-11-14 22:00 UTC)
+
+
+def rss_mib() -> float:
+    """Resident set size of this process, from ``/proc/self/statm`` (Linux)."""
+    import os
+
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def slope_per_1000(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of RSS (MiB) against windows, per 1,000 windows, after the first quarter."""
+    tail = points[len(points) // 4:]
+    if len(tail) < 3:
+        return None
+    return 1000.0 * statistics.linear_regression([w for w, _ in tail], [r for _, r in tail]).slope
+
+
+def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict:
+    if 3600 % window_s:
+        raise SystemExit(f"--window-s must divide an hour, got {window_s}")
+    if windows < 1 or kernels_per_window < 1:
+        raise SystemExit("--windows and --kernels must be at least 1")
+    kernels, copies = load_records(RECORDS)
+    kernels, copies = kernels[:kernels_per_window], copies[: max(1, kernels_per_window // 10)]
+    t0 = min(min(k[0] for k in kernels), min(c[0] for c in copies))  # every record inside its window
+    spool = Spool(root, ProcessMeta(host="h", job="j", run_id="r", pid=1), window_s=window_s)
+    agg = Aggregator(window_s=window_s)  # one for the whole run, as in a collector session
+    per_hour = 3600 // window_s
+    points: list[tuple[int, float]] = []
+    arrow_bytes: list[int] = []
+    for i in range(windows):
+        shift = (EPOCH_S + i * window_s) * 1_000_000_000 - t0
+        agg.add_kernels([(s + shift, e + shift, sig) for s, e, sig in kernels])
+        agg.add_copies([(c[0] + shift, c[1] + shift, *c[2:]) for c in copies])
+        # the session closes windows a grace after they end and calls rotate every control period
+        # (twice a 60-s window at the 30-s period); an hour's shards are written once it is over
+        now = EPOCH_S + (i + 1) * window_s + 1
+        spool.add_windows(agg.take_closed(now))
+        for _ in range(2):
+            spool.rotate(now)
+        if (i + 1) % per_hour == 0:
+            gc.collect()
+            points.append((i + 1, rss_mib()))
+            arrow_bytes.append(pa.total_allocated_bytes())
+    spool.add_windows(agg.take_all())
+    spool.rotate(final=True)
+    return {"python": platform.python_version(), "pyarrow": pa.__version__, "memory_pool": pa.default_memory_pool().backend_name,
+            "windows": windows, "window_s": window_s, "kernels_per_window": len(kernels), "copies_per_window": len(copies),
+            "shards_written": spool.shards_total, "rss_mib_at_rotations": points, "arrow_allocated_bytes": arrow_bytes,
+            "rss_slope_mib_per_1000_windows": slope_per_1000(points)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--windows", type=int, default=1440)
+    ap.add_argument("--window-s", type=int, default=60)
+    ap.add_argument("--kernels", type=int, default=3000, help="kernel records per window (copies: a tenth)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as root:
+        res = run(a.windows, a.window_s, a.kernels, root)
+    pts = res["rss_mib_at_rotations"]
+    print(f"python {res['python']}, pyarrow {res['pyarrow']} ({res['memory_pool']}): {res['windows']} windows of "
+          f"{res['kernels_per_window']} kernels, {res['shards_written']} shards; RSS {pts[0][1]:.1f} → {pts[-1][1]:.1f} MiB"
+          if pts else "fewer windows than an hour: no rotation sampled")
+    print(f"slope after the first quarter: {res['rss_slope_mib_per_1000_windows']} MiB per 1,000 windows")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
