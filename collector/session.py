@@ -282,13 +282,14 @@ class Session:
 
     def _close_windows(self, now: float) -> None:
         # records arrive up to one control period late (they are flushed at the end of an on-phase)
-        closed = self.agg.take_closed(now, grace_s=2 * (self.controller.period_s() if self.adaptive else self.period_s) + 1)
+        grace = 2 * (self.controller.period_s() if self.adaptive else self.period_s) + 1
+        closed = self.agg.take_closed(now, grace_s=grace)
         if closed:
             if not self.meta.devices:
                 self.meta.devices = self._device_map(now)
             self.spool.add_windows(closed)
             self._write_status(now, closed[-1])
-        self.spool.rotate(now)
+        self.spool.rotate(now - grace)  # an hour is combined once its last window is closed: one shard per table
 
     def _write_status(self, now: float, window=None) -> None:
         """A small JSON the node agent exports as Prometheus metrics (``ROOT/.status/``)."""

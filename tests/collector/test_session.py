@@ -206,3 +206,33 @@ def test_duty_log_is_written_at_exit_and_bounded(tmp_path):
     assert off_at == sorted(off_at) and off_at[-1] - off_at[0] > 0  # the newest two, in order
     health = [r for f in list_shards(tmp_path / "shards", "health") for r in read_shard(f).to_pylist()]
     assert 0 < sum(r[DUTY_LOG_FIELDS.index("records")] for r in data["rows"]) <= sum(r["records_delivered"] for r in health)
+
+
+def test_each_hour_becomes_one_shard_per_table(tmp_path, monkeypatch, records):
+    """The session closes a window two control periods after it ended, so the last window of an hour
+    is closed after the hour is over; the hour is combined only then, into one shard per table (it
+    was combined at the hour's end, and its last window became a second shard a minute later)."""
+    from collector.session import Session
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    s = Session(job="hours", out=tmp_path).start()
+    assert s.active, s.reason
+    s._stop_evt.set()
+    s._thread.join()  # the control loop is stopped; its close-and-rotate step is driven below
+    kernels, _ = records
+    t0 = min(k[0] for k in kernels)
+    first = 1_900_000_800  # 2030-03-17 18:00 UTC, a whole hour
+    for i in range(120):  # two hours of 60-s windows
+        shift = (first + i * 60 + 5) * 10**9 - t0 - s.agg.clock_offset_ns
+        s.agg.add_kernels([(a + shift, b + shift, sig) for a, b, sig in kernels])
+        for half in (0, 30):  # the control loop runs the step once a period (30 s at most)
+            s._close_windows(first + (i + 1) * 60 + half + 1)
+    s.stop()
+    hours = {}
+    for f in list_shards(tmp_path, "kernels"):
+        t = read_shard(f)
+        if t.column("window_start")[0].as_py().year == 2030:
+            hours.setdefault(f.parent.name, []).append(t)
+    assert sorted(hours) == ["hour=18", "hour=19"]
+    assert [len(v) for _, v in sorted(hours.items())] == [1, 1]
+    assert sum(sum(t.column("launches").to_pylist()) for v in hours.values() for t in v) == 120 * len(kernels)
