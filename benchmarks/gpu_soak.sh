@@ -17,8 +17,9 @@ start() {
     setsid bash -c "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader -l 15 > $D/gpumem.csv 2>&1" &
     echo $! > $D/smi.pid
     for w in lm launch; do
-        CUDAWATCH_DUTY_LOG=$D/duty_$w.json setsid timeout $((S + 120)) python3 -m cudawatch collect --job soak-$w --out $D/shards -- \
-            python3 benchmarks/soak.py train --workload $w --seconds $S --json $D/$w.json > $D/$w.log 2>&1 &
+        CUDAWATCH_DUTY_LOG=$D/duty_$w.json setsid bash -c "timeout $((S + 120)) python3 -m cudawatch collect --job soak-$w \
+            --out $D/shards -- python3 benchmarks/soak.py train --workload $w --seconds $S --json $D/$w.json > $D/$w.log 2>&1; \
+            echo \$? > $D/$w.rc" &   # the exit status of each collected program (a crash must show)
         echo $! > $D/$w.pid
     done
     sleep 45
@@ -30,6 +31,7 @@ finish() {
     done
     pkill -P "$(cat $D/smi.pid)" 2>/dev/null; kill "$(cat $D/smi.pid)" 2>/dev/null
     tail -n 3 $D/lm.log $D/launch.log
+    for w in lm launch; do echo "$w exit status: $(cat $D/$w.rc 2>/dev/null || echo unknown)"; done
     for w in lm launch; do
         python3 benchmarks/soak.py analyze --shards $D/shards --train $D/$w.json --kps $D/kps_$w.json --job soak-$w --json $D/an_$w.json 2>&1 | tail -14
         python3 benchmarks/soak.py phases --train $D/$w.json --duty-log $D/duty_$w.json --kps $D/kps_$w.json --json $D/ph_$w.json 2>&1

@@ -1,19 +1,22 @@
 """Does the collector's window path (aggregate → rows → spool → hourly shard) keep native memory?
 
-The 15-minute soaks grow ~0.65-0.95 MiB a minute after their first minutes (docs/benchmarks.md
-§9, §14), and the same loop without a collector is flat. ``tests/collector/test_retention.py``
-shows with ``tracemalloc`` that this path keeps no *Python* memory per window, but tracemalloc does
-not see pyarrow's native allocations (its memory pool, Parquet writers and readers). This script
-runs the product's own path, in process, with real H200 records (``tests/data/cupti/records.jsonl.gz``)
-shifted to one window after another through one long-lived aggregator, closing each window and
-rotating as the session does (an hour's shards once it is over), and samples the process RSS (``/proc/self/statm``) and pyarrow's allocated bytes after
-each rotation. No GPU needed: run it on the GPU host's Python too (3.12 there), where the soaks ran.
+The 15-minute soaks grow ~0.65-1.05 MiB a minute after their first minutes (docs/benchmarks.md
+§9, §14). ``tests/collector/test_retention.py`` shows with ``tracemalloc`` that this path keeps no
+*Python* memory per window, but tracemalloc does not see pyarrow's native allocations (its memory
+pool, Parquet writers and readers). This script runs the product's own path in process, on one
+thread, with real H200 records (``tests/data/cupti/records.jsonl.gz``) shifted to one window after
+another through one long-lived aggregator. Once a 30-s control period it closes and rotates as the
+session's ``_close_windows`` does: a window is closed 61 s after it ends, an hour's shards are
+written once its last window is closed. After each hour's shards it samples the process RSS
+(``/proc/self/statm``) and pyarrow's allocated bytes. Not exercised: records arriving on CUPTI's
+thread while windows are written on the collector's (per-thread allocator arenas), the per-period
+health notes, the ``.status`` file. No GPU needed: run it on the GPU host's Python too.
 
     python benchmarks/spool_rss.py --windows 1440 --json spool_rss.json     # a day of 60-s windows
 
-Reports the RSS at each rotation and its least-squares slope after the first quarter, in MiB per
-1,000 windows (a soak's tail of 0.95 MiB a minute would be ~950 MiB per 1,000 windows if it came
-from here).
+Reports the RSS after each hour's shards and its least-squares slope after the first quarter, in
+MiB per 1,000 windows (a soak's tail of 1 MiB a minute would be ~1,000 MiB per 1,000 windows if it
+came from here).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from collector.spool import Spool
 
 RECORDS = Path(__file__).resolve().parents[1] / "tests" / "data" / "cupti" / "records.jsonl.gz"
 EPOCH_S = 1_699_999_200  # first window start, on a whole hour (2023-11-14 22:00 UTC)
+PERIOD_S = 30  # the control period at the default 2 % budget
+GRACE_S = 2 * PERIOD_S + 1  # a window is closed this long after it ends (collector.session._close_windows)
 
 
 def rss_mib() -> float:
@@ -53,8 +58,8 @@ def slope_per_1000(points: list[tuple[int, float]]) -> float | None:
 
 
 def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict:
-    if 3600 % window_s:
-        raise SystemExit(f"--window-s must divide an hour, got {window_s}")
+    if 3600 % window_s or window_s % PERIOD_S:
+        raise SystemExit(f"--window-s must divide an hour and be a multiple of {PERIOD_S} s, got {window_s}")
     if windows < 1 or kernels_per_window < 1:
         raise SystemExit("--windows and --kernels must be at least 1")
     kernels, copies = load_records(RECORDS)
@@ -62,28 +67,26 @@ def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict
     t0 = min(min(k[0] for k in kernels), min(c[0] for c in copies))  # every record inside its window
     spool = Spool(root, ProcessMeta(host="h", job="j", run_id="r", pid=1), window_s=window_s)
     agg = Aggregator(window_s=window_s)  # one for the whole run, as in a collector session
-    per_hour = 3600 // window_s
-    points: list[tuple[int, float]] = []
+    points: list[tuple[int, float]] = []  # (windows fed, RSS) after each hour's shards
+    shards_at: list[int] = []  # shards written so far, at the same moments
     arrow_bytes: list[int] = []
     for i in range(windows):
         shift = (EPOCH_S + i * window_s) * 1_000_000_000 - t0
         agg.add_kernels([(s + shift, e + shift, sig) for s, e, sig in kernels])
         agg.add_copies([(c[0] + shift, c[1] + shift, *c[2:]) for c in copies])
-        # the session closes windows a grace after they end and calls rotate every control period
-        # (twice a 60-s window at the 30-s period); an hour's shards are written once it is over
-        now = EPOCH_S + (i + 1) * window_s + 1
-        spool.add_windows(agg.take_closed(now))
-        for _ in range(2):
-            spool.rotate(now)
-        if (i + 1) % per_hour == 0:
-            gc.collect()
-            points.append((i + 1, rss_mib()))
-            arrow_bytes.append(pa.total_allocated_bytes())
+        for k in range(1, window_s // PERIOD_S + 1):  # the session's close-and-rotate step, once a period
+            now = EPOCH_S + i * window_s + k * PERIOD_S + 1
+            spool.add_windows(agg.take_closed(now, grace_s=GRACE_S))
+            if spool.rotate(now - GRACE_S):  # an hour's shards, once its last window is closed
+                gc.collect()
+                points.append((i + 1, rss_mib()))
+                shards_at.append(spool.shards_total)
+                arrow_bytes.append(pa.total_allocated_bytes())
     spool.add_windows(agg.take_all())
     spool.rotate(final=True)
     return {"python": platform.python_version(), "pyarrow": pa.__version__, "memory_pool": pa.default_memory_pool().backend_name,
             "windows": windows, "window_s": window_s, "kernels_per_window": len(kernels), "copies_per_window": len(copies),
-            "shards_written": spool.shards_total, "rss_mib_at_rotations": points, "arrow_allocated_bytes": arrow_bytes,
+            "shards_written": spool.shards_total, "shards_at_rotations": shards_at, "rss_mib_at_rotations": points, "arrow_allocated_bytes": arrow_bytes,
             "rss_slope_mib_per_1000_windows": slope_per_1000(points)}
 
 
@@ -91,7 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", type=int, default=1440)
     ap.add_argument("--window-s", type=int, default=60)
-    ap.add_argument("--kernels", type=int, default=3000, help="kernel records per window (copies: a tenth)")
+    ap.add_argument("--kernels", type=int, default=3000, help="kernel records per window, at most the file's 3,973 (copies: a tenth, at most its 27)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as root:
