@@ -17,7 +17,9 @@ repeated with shifted timestamps) as a shard with ``write_shard`` and multiplyin
 It also reports the detach/attach cycles and the RSS slope per cycle (least squares after the first
 20 %, and a Theil-Sen slope over the second half, which one-off steps move far less), and the slope of Python's
 allocated blocks (``sys.getallocatedblocks``, cheap) so growth can be told apart: Python objects or
-native memory (CUPTI, glibc). ``--duty`` pins the traced fraction (the controller would otherwise
+native memory (CUPTI, glibc); the slope of anonymous RSS, the thread and mapping counts (first, last,
+max; ``proc_census``) and the activity buffers requested and completed, so native growth can be
+told apart further: threads CUPTI did not join, allocator arenas, buffers never handed back. ``--duty`` pins the traced fraction (the controller would otherwise
 go to full tracing, i.e. no cycles, when the budget allows it); ``--no-trim`` turns off the
 collector's ``malloc_trim`` after each detach. (``tracemalloc`` was tried on the H200 and dropped:
 it slowed the loop 2x and its own bookkeeping dominated the RSS.) ``--census`` instead counts the
@@ -126,6 +128,23 @@ def census_growth(before: collections.Counter, after: collections.Counter, top: 
     return sorted((g for g in grew if g[1] > 0), key=lambda g: (-g[1], g[0]))[:top]
 
 
+def proc_census() -> tuple[int, float, int]:
+    """(threads, anonymous RSS in MiB, memory mappings) of this process, from /proc (Linux).
+
+    Tells apart what a detach/attach cycle may leave behind: threads CUPTI did not join, heap or
+    allocator arenas (anonymous memory; a new glibc arena is a new mapping), libraries (file-backed)."""
+    threads = anon_kib = 0
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("Threads:"):
+                threads = int(line.split()[1])
+            elif line.startswith("RssAnon:"):
+                anon_kib = int(line.split()[1])
+    with open("/proc/self/maps") as fh:
+        maps = sum(1 for _ in fh)
+    return threads, anon_kib / 1024, maps
+
+
 def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | None = None,
             census: bool = False) -> dict:
     import sys
@@ -152,6 +171,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
     samples: list[tuple[float, float]] = []
     blocks: list[tuple[float, float]] = []  # (t, Python allocator blocks in thousands)
     sigs: list[int] = []
+    procs: list[tuple[float, int, float, int]] = []  # (t, threads, anonymous RSS MiB, mappings)
     censuses: list[collections.Counter] = []
     stop = threading.Event()
     t0 = time.monotonic()
@@ -160,6 +180,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         while not stop.wait(2.0):
             samples.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
             blocks.append((samples[-1][0], sys.getallocatedblocks() / 1e3))
+            procs.append((samples[-1][0], *proc_census()))
             if session is not None:
                 sigs.append(session.agg.signatures())
             if census and not censuses and samples[-1][0] >= 0.2 * seconds:
@@ -178,6 +199,11 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
     result["rss_slope_mib_per_min"] = _slope(tail)
     result["rss_growth_after_warmup_mib"] = (tail[-1][1] - tail[0][1]) if tail else None
     result["py_blocks_k_per_min"] = _slope([p for p in blocks if p[0] >= 0.2 * seconds])
+    late = [p for p in procs if p[0] >= 0.2 * seconds]
+    result["rss_anon_slope_mib_per_min"] = _slope([(p[0], p[2]) for p in late])
+    if procs:
+        result["threads_first_last_max"] = [procs[0][1], procs[-1][1], max(p[1] for p in procs)]
+        result["mappings_first_last_max"] = [procs[0][3], procs[-1][3], max(p[3] for p in procs)]
     if censuses:
         result["census_growth"] = result_census  # from 20 % of the run to its end; "*" = all tracked objects
     if session is not None:
@@ -196,6 +222,8 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
             result["rss_theil_sen_second_half_mib_per_min"] = _robust_slope(half)
             result["rss_mib_per_cycle_robust"] = result["rss_theil_sen_second_half_mib_per_min"] / per_min
         result["records"] = session.agg.records_total
+        # buffers the binding allocated for CUPTI against those CUPTI handed back (a gap is memory never freed)
+        result["buffers_requested_completed"] = [session.tracer.buffers_requested, session.tracer.buffers_completed]
         result["max_open_signatures"] = max(sigs) if sigs else None
         result["controller_duty_at_end"] = session.controller.duty
         import collector

@@ -36,3 +36,23 @@ def test_census_growth_keeps_only_growth_in_order():
     after = collections.Counter({"a": 5, "b": 4, "c": 40, "d": 7})
     assert memory.census_growth(before, after) == [("c", 39), ("d", 7)]
     assert memory.census_growth(before, after, top=1) == [("c", 39)]
+
+
+def test_proc_census_sees_a_new_thread_and_anonymous_memory():
+    import threading
+
+    threads0, anon0, maps0 = memory.proc_census()
+    assert threads0 >= 1 and anon0 > 0 and maps0 > 0
+    release = threading.Event()
+    t = threading.Thread(target=release.wait)
+    t.start()
+    block = bytearray(64 << 20)  # 64 MiB, written: resident anonymous memory
+    try:
+        threads1, anon1, maps1 = memory.proc_census()
+        assert threads1 == threads0 + 1
+        assert anon1 - anon0 > 48
+        assert maps1 >= maps0  # a thread stack and a large block are new mappings
+    finally:
+        release.set()
+        t.join()
+    assert len(block) == 64 << 20
