@@ -222,14 +222,15 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
             result["rss_theil_sen_second_half_mib_per_min"] = _robust_slope(half)
             result["rss_mib_per_cycle_robust"] = result["rss_theil_sen_second_half_mib_per_min"] / per_min
         result["records"] = session.agg.records_total
-        # buffers the binding allocated for CUPTI against those CUPTI handed back (a gap is memory never freed)
-        result["buffers_requested_completed"] = [session.tracer.buffers_requested, session.tracer.buffers_completed]
         result["max_open_signatures"] = max(sigs) if sigs else None
         result["controller_duty_at_end"] = session.controller.duty
         import collector
 
         collector.stop()
         result["dropped"] = session.dropped_total
+        # buffers the binding allocated for CUPTI against those CUPTI handed back, after the exit detach
+        # (a gap is memory never freed)
+        result["buffers_requested_completed"] = [session.tracer.buffers_requested, session.tracer.buffers_completed]
         result["records_delivered"] = session.agg.delivered_total
         result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
         result["drain"] = session.tracer.drain.summary()  # collector.drain; read after stop() like the counts above
