@@ -33,19 +33,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 import time
 
 import numpy as np
 
-from analytics import calibration as cal
-from analytics import fleet_calibration as fc
-from analytics import sequential as sq
-from simulator.corpus import make_corpus
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-HISTORY, DAYS = 384, 7
-HOURS = HISTORY + 24 * DAYS
-ONSETS = (HISTORY + 12, HOURS - 13)
-MATCH_H = 3
+from analytics import fleet_calibration as fc  # noqa: E402
+from analytics import sequential as sq  # noqa: E402
+from benchmarks import detection_rows as rows  # noqa: E402
+from benchmarks.detection import HISTORY, HOURS, MATCH_H, ONSETS  # noqa: E402,F401  the detection benchmark's protocol
+from simulator.corpus import make_corpus  # noqa: E402
+
 CFG = sq.SequentialConfig()
 
 
@@ -91,11 +92,6 @@ def joint(S, V, Z, g: int):
     return Sg, Vg, Zg
 
 
-def alerts(runs, S, V, Z, thresholds):
-    alarm, arg, _ = sq.alarm_rule(S, V, thresholds, CFG, Z)
-    return cal.first_alerts(alarm, runs[None, :] - arg, fc.HOLD_HOURS, runs)
-
-
 def first_hit(alert_lists, onset: int) -> float:
     """Runs from onset to the first alert placed within ±MATCH_H of it (inf: none)."""
     best = math.inf
@@ -106,11 +102,6 @@ def first_hit(alert_lists, onset: int) -> float:
     return best
 
 
-def calibrate(runs, S, V, Z, target, series_days):
-    th, _, _ = fc.calibrate_stats(runs, S, V, Z, target, CFG, series_days=series_days)
-    return np.asarray(th)
-
-
 def run_rho(rho: float, args) -> dict:
     g, t0 = args.group, time.time()
     out: dict = {"rho": rho, "group": g, "target": args.target}
@@ -119,16 +110,16 @@ def run_rho(rho: float, args) -> dict:
         v, _ = group_values(args.clean_groups, g, seed, rho)
         stats[name] = fc.replay_stats(v, HISTORY, CFG)
     runs, S, V, Z = stats["calib"]
-    days = S.shape[0] * runs.size / 24
-    th_all = calibrate(runs, S, V, Z, args.target, days)
-    th_half = calibrate(runs, S, V, Z, args.target / 2, days)
-    th_joint = calibrate(runs, *joint(S, V, Z, g), args.target / 2, days)
+    th_all, th_half = (np.asarray(rows.calibrate(runs, S, V, Z, t, CFG)[0]) for t in (args.target, args.target / 2))
+    # the joint statistics count the member series' days, as the per-series ones do
+    th_joint = np.asarray(fc.calibrate_stats(runs, *joint(S, V, Z, g), args.target / 2, CFG,
+                                             series_days=S.shape[0] * runs.size / 24)[0])
     out["thresholds"] = {"individual": th_all.tolist(), "individual_half": th_half.tolist(), "joint_half": th_joint.tolist()}
     runs, S, V, Z = stats["check"]
     days = S.shape[0] * runs.size / 24
-    n_all = sum(len(a) for a in alerts(runs, S, V, Z, th_all))
-    n_half = sum(len(a) for a in alerts(runs, S, V, Z, th_half))
-    n_joint = sum(len(a) for a in alerts(runs, *joint(S, V, Z, g), th_joint))
+    n_all = sum(len(a) for a in rows.alerts_from_stats(runs, S, V, Z, th_all, CFG))
+    n_half = sum(len(a) for a in rows.alerts_from_stats(runs, S, V, Z, th_half, CFG))
+    n_joint = sum(len(a) for a in rows.alerts_from_stats(runs, *joint(S, V, Z, g), th_joint, CFG))
     out["false_per_1000"] = {"individual": 1000 * n_all / days, "individual+joint": 1000 * (n_half + n_joint) / days,
                              "joint_part": 1000 * n_joint / days, "series_days": days}
     out["recall"] = {}
@@ -139,8 +130,8 @@ def run_rho(rho: float, args) -> dict:
                                   sigma_range=(lo, hi))
             v, onset = with_steps(v, sig, g, k, args.seed + 1000 + j, members)
             runs, S, V, Z = fc.replay_stats(v, HISTORY, CFG)
-            ind_all, ind_half = alerts(runs, S, V, Z, th_all), alerts(runs, S, V, Z, th_half)
-            jo = alerts(runs, *joint(S, V, Z, g), th_joint)
+            ind_all, ind_half = rows.alerts_from_stats(runs, S, V, Z, th_all, CFG), rows.alerts_from_stats(runs, S, V, Z, th_half, CFG)
+            jo = rows.alerts_from_stats(runs, *joint(S, V, Z, g), th_joint, CFG)
             t_a, t_b = [], []
             for q in range(args.event_groups):
                 mem = slice(q * g, (q + 1) * g)  # an alert on any member placed at the onset finds the event
