@@ -24,29 +24,27 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 
-from collector.aggregate import Aggregator
-from collector.replay import load_records
-from collector.rows import ProcessMeta
-from collector.spool import Spool
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.gpu_workloads import rss_mib  # noqa: E402
+from collector.aggregate import Aggregator  # noqa: E402
+from collector.replay import load_records  # noqa: E402
+from collector.rows import ProcessMeta  # noqa: E402
+from collector.spool import Spool  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parents[1] / "tests" / "data" / "cupti" / "records.jsonl.gz"
 EPOCH_S = 1_699_999_200  # first window start, on a whole hour (2023-11-14 22:00 UTC)
 PERIOD_S = 30  # the control period at the default 2 % budget
 GRACE_S = 2 * PERIOD_S + 1  # a window is closed this long after it ends (collector.session._close_windows)
-
-
-def rss_mib() -> float:
-    """Resident set size of this process, from ``/proc/self/statm`` (Linux)."""
-    import os
-
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def slope_per_1000(points: list[tuple[int, float]]) -> float | None:
@@ -103,7 +101,9 @@ def main() -> None:
     print(f"python {res['python']}, pyarrow {res['pyarrow']} ({res['memory_pool']}): {res['windows']} windows of "
           f"{res['kernels_per_window']} kernels, {res['shards_written']} shards; RSS {pts[0][1]:.1f} → {pts[-1][1]:.1f} MiB"
           if pts else "fewer windows than an hour: no rotation sampled")
-    print(f"slope after the first quarter: {res['rss_slope_mib_per_1000_windows']} MiB per 1,000 windows")
+    slope = res["rss_slope_mib_per_1000_windows"]
+    print(f"slope after the first quarter: {slope:+.2f} MiB per 1,000 windows" if slope is not None
+          else "slope: needs at least 4 hours of windows")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
 
