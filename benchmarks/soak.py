@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import gpu_workloads  # benchmarks/, the script's folder
+from step_log import StepLog
 
 
 def make_step(workload: str):
@@ -98,7 +99,7 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
     last_dump = time.time()
-    step_times = array.array("d")  # unix time each step finished (for ``phases``)
+    step_times = StepLog(steps_file(out))  # unix time each step finished (for ``phases``), streamed to disk
     while time.perf_counter() < end:
         step()
         now = time.time()
@@ -111,8 +112,7 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
             last_dump = now
     torch.cuda.synchronize()
     stop.set()
-    with open(steps_file(out), "wb") as f:
-        step_times.tofile(f)
+    step_times.close()
     return _dump(out, workload, window_s, t0, steps, per_window, rss, done=True)
 
 

@@ -1,0 +1,112 @@
+"""The soak's per-step timestamps, kept out of the RSS it measures.
+
+``soak.py train`` records the unix time each step finished (``phases`` needs them). Until
+2026-12-06 it kept them in one growing ``array('d')``: 8 bytes a step, in the same process whose
+RSS the soak reads. At the launch loop's ~1,100 steps/s that is ~0.5 MiB a minute, and each time
+CPython grows the array by its 1/16 it may copy it (a 7.9 MiB RSS step at 905 -> 910 s in
+docs/benchmarks.md §14). ``StepLog`` writes them to the file in fixed 512-KiB chunks instead, so
+the loop's own bookkeeping stays constant.
+
+``python benchmarks/step_log.py rss TRAIN_JSON...`` re-reads soaks recorded before that change:
+their RSS series with the old in-memory log subtracted (``array_bytes``, CPython's growth rule,
+checked against ``sys.getsizeof`` in tests/benchmarks/test_step_log.py), steps interpolated within
+each window from ``steps_per_window``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+
+import numpy as np
+
+CHUNK = 65_536  # steps per write: 512 KiB
+
+
+class StepLog:
+    """Appends float64 step times to ``path`` through one fixed buffer (never grows, never copies)."""
+
+    def __init__(self, path, chunk: int = CHUNK) -> None:
+        self._f = open(path, "wb")
+        self._buf = array.array("d", bytes(8 * chunk))
+        self._view = memoryview(self._buf)
+        self._n = 0
+        self.count = 0
+
+    def append(self, t: float) -> None:
+        self._buf[self._n] = t
+        self._n += 1
+        self.count += 1
+        if self._n == len(self._buf):
+            self._flush()
+
+    def _flush(self) -> None:
+        self._f.write(self._view[: self._n])
+        self._n = 0
+
+    def close(self) -> None:
+        self._flush()
+        self._view.release()
+        self._f.close()
+
+
+def array_bytes(n: int) -> int:
+    """Bytes of items an ``array('d')`` holds after ``n`` appends (CPython's ``array_resize``:
+    ``new = (newsize >> 4) + (3 if size < 8 else 7) + newsize`` whenever it is full)."""
+    allocated = size = 0
+    while size < n:
+        if size == allocated:
+            allocated = ((size + 1) >> 4) + (3 if size < 8 else 7) + size + 1
+        # jump to the next resize (or to n): nothing changes in between
+        size = min(n, allocated)
+    return 8 * allocated
+
+
+def steps_at(train: dict, t: np.ndarray) -> np.ndarray:
+    """Steps finished by ``t`` seconds after ``train['t0']``, linear within each logged window."""
+    t0, w = train["t0"], train["window_s"]
+    edges_t, edges_n, n = [0.0], [0], 0
+    end = max(r[0] for r in train["rss"]) + 5.0  # the last window is cut at the run's end
+    for ws, v in sorted((int(k), v) for k, v in train["steps_per_window"].items()):
+        n += v
+        edges_t.append(max(min(ws + w - t0, end), edges_t[-1]))
+        edges_n.append(n)
+    return np.interp(t, edges_t, edges_n)
+
+
+def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) -> dict:
+    """RSS growth after the first 2 minutes, the least-squares slope between ``lo_s`` and
+    ``hi_s``, as recorded and with the old in-memory step log subtracted, and the largest step after
+    the first 2 minutes."""
+    rss = np.asarray(train["rss"], dtype=float)
+    t, r = rss[:, 0], rss[:, 1]
+    log = np.array([array_bytes(int(n)) for n in steps_at(train, t)]) / 2**20
+    i2 = int(np.argmin(abs(t - 120.0)))
+    m = (t >= lo_s) & (t <= hi_s)
+    res = {"steps": train["steps"], "step_log_mib_at_end": float(log[-1])}
+    for name, y in (("recorded", r), ("without_step_log", r - log)):
+        res[name] = {"growth_after_2min_mib": float(y[-1] - y[i2]),
+                     "slope_mib_per_min": float(np.polyfit(t[m] / 60, y[m], 1)[0]) if m.sum() >= 3 else None}
+    steps = [(float(a), float(b), float(c), float(d)) for a, b, c, d in zip(t[:-1], t[1:], r[:-1], r[1:]) if a >= t[i2]]
+    # the largest step between two samples after the first 2 minutes, and whether the old log was
+    # resized in it (a resize may copy the array, and the old copy stays resident until a trim)
+    a, b, ra, rb = max(steps, key=lambda s: s[3] - s[2])
+    la, lb = np.interp([a, b], t, log)
+    res["largest_rss_step"] = {"from_s": a, "to_s": b, "mib": rb - ra, "step_log_resized": bool(lb > la)}
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("rss", help="soaks recorded with the in-memory step log: RSS with it subtracted")
+    p.add_argument("train", nargs="+")
+    a = ap.parse_args()
+    for path in a.train:
+        with open(path) as fh:
+            print(path, json.dumps(rss_without_step_log(json.load(fh))))
+
+
+if __name__ == "__main__":
+    main()
