@@ -122,6 +122,7 @@ def steps_file(train_json: str) -> Path:
 
 def _dump(out, workload, window_s, t0, steps, per_window, rss, *, done) -> dict:
     res = {"workload": workload, "window_s": window_s, "t0": t0, "steps": steps, "done": done,
+           "step_log": "streamed",  # step times on disk (step_log.StepLog), not in this process's RSS
            "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss)}
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(res))

@@ -8,7 +8,8 @@ docs/benchmarks.md §14). ``StepLog`` writes them to the file in fixed 512-KiB c
 the loop's own bookkeeping stays constant.
 
 ``python benchmarks/step_log.py rss TRAIN_JSON...`` re-reads soaks recorded before that change:
-their RSS series with the old in-memory log subtracted (``array_bytes``, CPython's growth rule,
+their RSS series with the old in-memory log subtracted (runs that say ``"step_log": "streamed"``
+are reported as recorded) (``array_bytes``, CPython's growth rule,
 checked against ``sys.getsizeof`` in tests/benchmarks/test_step_log.py), steps interpolated within
 each window from ``steps_per_window``.
 """
@@ -81,7 +82,10 @@ def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) 
     the first 2 minutes."""
     rss = np.asarray(train["rss"], dtype=float)
     t, r = rss[:, 0], rss[:, 1]
-    log = np.array([array_bytes(int(n)) for n in steps_at(train, t)]) / 2**20
+    if train.get("step_log") == "streamed":  # recorded since the fix: nothing to subtract
+        log = np.zeros_like(r)
+    else:
+        log = np.array([array_bytes(int(n)) for n in steps_at(train, t)]) / 2**20
     i2 = int(np.argmin(abs(t - 120.0)))
     m = (t >= lo_s) & (t <= hi_s)
     res = {"steps": train["steps"], "step_log_mib_at_end": float(log[-1])}

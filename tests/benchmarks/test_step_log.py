@@ -57,3 +57,13 @@ def test_a_process_that_only_grew_its_step_log_reads_flat_without_it():
     assert res["without_step_log"]["slope_mib_per_min"] == pytest.approx(0, abs=1e-9)
     assert res["without_step_log"]["growth_after_2min_mib"] == pytest.approx(0, abs=1e-9)
     assert res["largest_rss_step"]["step_log_resized"]
+
+
+def test_a_run_recorded_with_the_streamed_log_is_reported_as_recorded():
+    t = np.arange(5.0, 900.0, 5.0)
+    tr = _train([[float(x), 700.0 + 0.01 * x] for x in t], [60_000] * 16)
+    tr["step_log"] = "streamed"
+    res = step_log.rss_without_step_log(tr)
+    assert res["step_log_mib_at_end"] == 0
+    assert res["without_step_log"] == res["recorded"]
+    assert res["recorded"]["slope_mib_per_min"] == pytest.approx(0.6)
