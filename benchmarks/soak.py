@@ -242,7 +242,9 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
             "per_phase_ratio_min": min((x for x in per_phase if x is not None), default=None),
             "per_phase_ratio_max": max((x for x in per_phase if x is not None), default=None),
             "steps_per_s_on": rate_on, "steps_per_s_off": rate_off, "measured_slowdown_while_on": slowdown,
-            "estimated_slowdown_while_on_mean": sum(f_on) / len(f_on) if f_on else None}
+            "estimated_slowdown_while_on_mean": sum(f_on) / len(f_on) if f_on else None,
+            # per pause: the detach's drain wait and the records it left without timestamps (logs since 2026-12-06)
+            "drain_wait_s_and_zero_ts": [(r["drain_wait_s"], r["zero_ts"]) for r in rows if "zero_ts" in r]}
 
 
 def main() -> None:

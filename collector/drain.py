@@ -66,12 +66,20 @@ class DetachDrain:
         self.lossy = 0  # detaches whose forced flush returned any
         self.waited_s = 0.0  # total time waited
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
+        self._last: tuple[float, int] = (0.0, 0)  # (wait, lost) of the latest detach not yet taken
 
     def summary(self) -> dict:
         """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
         lengthens the cycle and so the control period)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "last_wait_s": self.current_s, "lost_per_detach": self.lost / max(self.detaches, 1)}
+
+    def take_last(self) -> tuple[float, int]:
+        """(wait, records without timestamps) of the latest detach, once: (0.0, 0) when none came since
+        the last call. The session logs it per on-phase (``CUDAWATCH_DUTY_LOG``), so how the loss
+        follows the wait can be read per detach, e.g. under GPU sharing."""
+        last, self._last = self._last, (0.0, 0)
+        return last
 
     def wait_s(self) -> float:
         """How long the next detach waits before its forced flush."""
@@ -81,6 +89,7 @@ class DetachDrain:
         """Record one detach: ``lost`` records came back without timestamps after waiting ``waited_s``."""
         self.detaches += 1
         self.waited_s += waited_s
+        self._last = (waited_s, max(lost, 0))
         if lost <= 0:
             self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)

@@ -27,7 +27,7 @@ from collector.host import device_map, job_name, preflight, warn_once  # noqa: F
 from collector.rows import ProcessMeta, quality_of
 from collector.spool import Spool, recover
 
-DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records")
+DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records", "drain_wait_s", "zero_ts")
 DUTY_LOG_MAX = 10_000  # on-phases kept (~3.5 days at the 30 s period)
 
 _current: "Session | None" = None
@@ -210,7 +210,8 @@ class Session:
                 if cycle > 0 and paused:
                     ctl.note_cycle(cycle)
                 ctl.update(est)
-                self.duty_log.append((off_at, duty, est.fraction_on, est.on_s, est.cost_s, cycle, period, est.records))
+                self.duty_log.append((off_at, duty, est.fraction_on, est.on_s, est.cost_s, cycle, period, est.records,
+                                      *self.tracer.drain.take_last()))  # this pause's drain wait and records it left without timestamps
                 del self.duty_log[:-DUTY_LOG_MAX]  # bounded: a collector stays on for weeks
             now = time.time()
             if now >= next_rotate:

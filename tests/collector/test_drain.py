@@ -7,6 +7,7 @@ timestamps, as CUPTI does; the real effect is measured on the H200 (docs/benchma
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -206,7 +207,7 @@ def test_detach_waits_for_queued_kernels_before_the_forced_flush(tmp_path, drain
     (tmp_path / "cupti" / "__init__.py").write_text("")
     (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
     code = textwrap.dedent("""
-        import time, types
+        import json, time, types
         from cupti import cupti
         import collector.tracer as tracer_mod
         from collector.aggregate import Aggregator
@@ -218,7 +219,7 @@ def test_detach_waits_for_queued_kernels_before_the_forced_flush(tmp_path, drain
         tracer_mod.time = types.SimpleNamespace(sleep=sleep, time=time.time, time_ns=time.time_ns, thread_time=time.thread_time)
         agg = Aggregator(window_s=60)
         t = CuptiTracer(agg)
-        lost = []
+        lost, taken = [], []
         for _ in range(4):
             t.attach()
             cupti.calls.clear()
@@ -227,17 +228,28 @@ def test_detach_waits_for_queued_kernels_before_the_forced_flush(tmp_path, drain
             z0 = agg.invalid_zero_ts
             t.detach()
             lost.append(agg.invalid_zero_ts - z0)
-        print(",".join(map(str, lost)), ",".join(cupti.calls))
+            taken.append(t.drain.take_last())
+        print(",".join(map(str, lost)), ",".join(cupti.calls), json.dumps(taken + [t.drain.take_last()]))
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
     env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", CUDAWATCH_DETACH_DRAIN_MS=drain_ms)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert p.returncode == 0, p.stderr
-    lost, calls = p.stdout.split()
+    lost, calls, taken = p.stdout.split(maxsplit=2)
     lost = [int(x) for x in lost.split(",")]
     assert lost[-1] == want_lost
+    taken = json.loads(taken)  # what the duty log gets per detach: (wait, records without timestamps), once
+    assert [n for _, n in taken[:4]] == lost and taken[4] == [0.0, 0]
     if drain_ms == "0":
         assert lost == [50] * 4 and calls.split(",") == ["disable"] * 4 + ["flush", "flush_forced", "finalize"]
     else:
         assert lost[0] > lost[1] > lost[2] > 0  # each doubling catches more of the queue
         assert calls.split(",") == ["disable"] * 4 + ["flush", "wait", "flush_forced", "finalize"]
+
+
+def test_the_latest_detach_is_taken_once():
+    d = DetachDrain(0.1)
+    assert d.take_last() == (0.0, 0)  # no detach yet
+    d.note(0, 0.01)
+    d.note(37, 0.02)
+    assert d.take_last() == (0.02, 37) and d.take_last() == (0.0, 0)
