@@ -99,20 +99,19 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
     last_dump = time.time()
-    step_times = StepLog(steps_file(out))  # unix time each step finished (for ``phases``), streamed to disk
-    while time.perf_counter() < end:
-        step()
-        now = time.time()
-        step_times.append(now)
-        ws = int(now // window_s * window_s)
-        per_window[ws] = per_window.get(ws, 0) + 1
-        steps += 1
-        if now - last_dump > 30:
-            _dump(out, workload, window_s, t0, steps, per_window, rss, done=False)
-            last_dump = now
+    with StepLog(steps_file(out)) as step_times:  # unix time each step finished (for ``phases``), on disk
+        while time.perf_counter() < end:
+            step()
+            now = time.time()
+            step_times.append(now)
+            ws = int(now // window_s * window_s)
+            per_window[ws] = per_window.get(ws, 0) + 1
+            steps += 1
+            if now - last_dump > 30:
+                _dump(out, workload, window_s, t0, steps, per_window, rss, done=False)
+                last_dump = now
     torch.cuda.synchronize()
     stop.set()
-    step_times.close()
     return _dump(out, workload, window_s, t0, steps, per_window, rss, done=True)
 
 

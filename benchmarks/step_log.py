@@ -3,8 +3,8 @@
 ``soak.py train`` records the unix time each step finished (``phases`` needs them). Until
 2026-12-06 it kept them in one growing ``array('d')``: 8 bytes a step, in the same process whose
 RSS the soak reads. At the launch loop's ~1,100 steps/s that is ~0.5 MiB a minute, and each time
-CPython grows the array by its 1/16 it may copy it (a 7.9 MiB RSS step at 905 -> 910 s in
-docs/benchmarks.md §14). ``StepLog`` writes them to the file in fixed 512-KiB chunks instead, so
+CPython grows the array by its 1/16 it may copy it (§14's 7.8-MiB RSS step at 905 -> 910 s in
+docs/benchmarks.md coincides with such a resize). ``StepLog`` writes them to the file in fixed 512-KiB chunks instead, so
 the loop's own bookkeeping stays constant.
 
 ``python benchmarks/step_log.py rss TRAIN_JSON...`` re-reads soaks recorded before that change:
@@ -47,9 +47,17 @@ class StepLog:
         self._n = 0
 
     def close(self) -> None:
+        if self._f.closed:
+            return
         self._flush()
         self._view.release()
         self._f.close()
+
+    def __enter__(self) -> "StepLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()  # a loop that raises still leaves the steps it finished on disk
 
 
 def array_bytes(n: int) -> int:
@@ -81,6 +89,8 @@ def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) 
     ``hi_s``, as recorded and with the old in-memory step log subtracted, and the largest step after
     the first 2 minutes."""
     rss = np.asarray(train["rss"], dtype=float)
+    if len(rss) < 3 or rss[-1, 0] <= 120.0:
+        raise ValueError(f"{len(rss)} RSS samples up to {rss[-1, 0] if len(rss) else 0:.0f} s: a run needs samples beyond its first 2 minutes")
     t, r = rss[:, 0], rss[:, 1]
     if train.get("step_log") == "streamed":  # recorded since the fix: nothing to subtract
         log = np.zeros_like(r)

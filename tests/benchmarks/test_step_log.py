@@ -46,17 +46,41 @@ def test_steps_are_interpolated_within_each_window_from_the_run_start():
     assert got == pytest.approx([0, 250, 500, 800, 1100])
 
 
-def test_a_process_that_only_grew_its_step_log_reads_flat_without_it():
+def test_a_process_that_only_grew_a_real_step_log_reads_flat_without_it():
+    """RSS made of CPython's own array growth (1,000 appends a second, sampled every 5 s) minus the
+    model of it: flat, and the largest step after 2 minutes falls on a resize."""
     t = np.arange(5.0, 900.0, 5.0)
-    tr = _train([], [60_000] * 16)  # 1,000 steps/s
-    tr["rss"] = [[float(x), 0.0] for x in t]
-    n = step_log.steps_at(tr, t)
-    tr["rss"] = [[float(x), 700.0 + step_log.array_bytes(int(k)) / 2**20] for x, k in zip(t, n)]
+    a, empty, rss, done = array.array("d"), sys.getsizeof(array.array("d")), [], 0
+    for x in t:
+        while done < 1000 * x:
+            a.append(0.0)
+            done += 1
+        rss.append([float(x), 700.0 + (sys.getsizeof(a) - empty) / 2**20])
+    # windows of the run: [0, 50) s, then 60-s windows, the last cut at 900 s
+    tr = _train(rss, [50_000] + [60_000] * 14 + [10_000])
     res = step_log.rss_without_step_log(tr)
     assert res["recorded"]["slope_mib_per_min"] == pytest.approx(60_000 * 8 / 2**20, rel=0.1)
     assert res["without_step_log"]["slope_mib_per_min"] == pytest.approx(0, abs=1e-9)
     assert res["without_step_log"]["growth_after_2min_mib"] == pytest.approx(0, abs=1e-9)
     assert res["largest_rss_step"]["step_log_resized"]
+
+
+def test_a_run_too_short_for_a_growth_after_2_minutes_is_refused():
+    with pytest.raises(ValueError, match="beyond its first 2 minutes"):
+        step_log.rss_without_step_log(_train([[5.0, 1.0], [60.0, 1.0], [115.0, 1.0]], [1000, 1000]))
+    with pytest.raises(ValueError, match="0 RSS samples"):
+        step_log.rss_without_step_log(_train([], [1000]))
+
+
+def test_a_loop_that_raises_leaves_its_finished_steps_on_disk(tmp_path):
+    path = tmp_path / "x.steps.f64"
+    with pytest.raises(RuntimeError):
+        with step_log.StepLog(path, chunk=4) as log:
+            for i in range(6):
+                log.append(float(i))
+            raise RuntimeError("step failed")
+    log.close()  # a second close is harmless
+    assert np.frombuffer(path.read_bytes()).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_a_run_recorded_with_the_streamed_log_is_reported_as_recorded():
