@@ -18,12 +18,20 @@ to ``min_s`` instead of sitting at the maximum on every detach. The wait runs on
 thread; the program keeps running meanwhile, attached with every kind disabled (no records, a
 fraction of the traced launch cost), and the session counts the wait in the detach/attach cycle's
 time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off.
-Pure arithmetic, no CUPTI: tested on CPU.
+
+``CUDAWATCH_DETACH_DRAIN=fence`` (opt-in until measured on a shared GPU) replaces the guess with a
+fence (``collector.cuda_fence.StreamFence``): every detach waits until the work queued before it
+has finished on the legacy default stream of each active context, at most ``max_s``; the adaptive
+rules are then unused. A fence that fails (no ``libcuda``, a driver error) is dropped for the rest
+of the process, with the reason counted in ``health``, and the adaptive wait takes over.
+Pure arithmetic here, no CUPTI: tested on CPU.
 """
 
 from __future__ import annotations
 
 import os
+
+from collector.cuda_fence import FenceError, StreamFence
 
 #: Longest wait (seconds). 100 ms holds ~6,600 queued 15 us kernels or ~65 queued 8192^3 bf16
 #: matmuls; with the 16-77 ms a detach + attach takes, a cycle at the longest wait costs 116-177 ms,
@@ -47,7 +55,8 @@ class DetachDrain:
         start_s / min_s: first and shortest wait.
     """
 
-    def __init__(self, max_s: float | None = None, *, start_s: float = DEFAULT_START_S, min_s: float = DEFAULT_MIN_S) -> None:
+    def __init__(self, max_s: float | None = None, *, start_s: float = DEFAULT_START_S, min_s: float = DEFAULT_MIN_S,
+                 fence: StreamFence | None = None) -> None:
         if max_s is None:
             raw = os.environ.get("CUDAWATCH_DETACH_DRAIN_MS")
             try:
@@ -67,12 +76,42 @@ class DetachDrain:
         self.waited_s = 0.0  # total time waited
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
         self._last: tuple[float, int] = (0.0, 0)  # (wait, lost) of the latest detach not yet taken
+        self._start_s = self.current_s
+        if fence is None and os.environ.get("CUDAWATCH_DETACH_DRAIN", "adaptive") not in ("adaptive", ""):
+            if os.environ["CUDAWATCH_DETACH_DRAIN"] != "fence":
+                raise ValueError(f"CUDAWATCH_DETACH_DRAIN must be 'adaptive' or 'fence', got {os.environ['CUDAWATCH_DETACH_DRAIN']!r}")
+            fence = StreamFence()
+        self.fence = fence if max_s > 0 else None
+        if self.fence is not None:
+            self.current_s = max_s  # the fence's bound: it returns as soon as the queue is done
+        self.fence_error: str | None = None
+        self._errors: list[str] = []
 
     def summary(self) -> dict:
         """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
         lengthens the cycle and so the control period)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
-                "last_wait_s": self.current_s, "lost_per_detach": self.lost / max(self.detaches, 1)}
+                "last_wait_s": self.current_s, "lost_per_detach": self.lost / max(self.detaches, 1),
+                "fence": None if self.fence is None else {"waits": self.fence.waits, "timeouts": self.fence.timeouts},
+                "fence_error": self.fence_error}
+
+    def wait_fenced(self, bound_s: float) -> float | None:
+        """Wait on the fence up to ``bound_s``; the seconds waited, or None when there is no fence
+        (then the caller sleeps ``bound_s``). A failed fence is dropped for good, counted once."""
+        if self.fence is None:
+            return None
+        try:
+            return self.fence.wait(bound_s)
+        except FenceError as exc:
+            self.fence, self.fence_error = None, str(exc)
+            self.current_s = self._start_s  # the adaptive wait from its start
+            self._errors.append(f"detach fence: {exc}")
+            return None
+
+    def take_errors(self) -> list[str]:
+        """Failures since the last call, for the window's health (like ``DetachFinalizer.take_unraised``)."""
+        errors, self._errors = self._errors, []
+        return errors
 
     def take_last(self) -> tuple[float, int]:
         """(wait, records without timestamps) of the latest detach, once: (0.0, 0) when none came since
@@ -90,6 +129,10 @@ class DetachDrain:
         self.detaches += 1
         self.waited_s += waited_s
         self._last = (waited_s, max(lost, 0))
+        if self.fence is not None:  # the fence sets each wait itself; only count
+            self.lost += max(lost, 0)
+            self.lossy += lost > 0
+            return
         if lost <= 0:
             self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)

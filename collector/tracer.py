@@ -210,7 +210,11 @@ class CuptiTracer:
             cupti.activity_flush_all(0)
             wait = self.drain.wait_s()
             if wait > 0:
-                time.sleep(wait)
+                waited = self.drain.wait_fenced(wait)  # until the queued work is done, when a fence is on
+                if waited is None:
+                    time.sleep(wait)
+                else:
+                    wait = waited
             cupti.activity_flush_all(1)
         finally:
             with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
@@ -221,6 +225,8 @@ class CuptiTracer:
                     for what in self.finalizer.take_unraised():
                         self.finalize_errors += 1
                         self.agg.note_health(time.time(), error=f"finalize: {what}")
+                    for what in self.drain.take_errors():  # a fence that failed; the adaptive wait took over
+                        self.agg.note_health(time.time(), error=what)
                     # even when it raised: a callback may still finalize later, and an attach must then
                     # register the buffer callbacks again rather than enable kinds on a detached CUPTI
                     self.attached = False

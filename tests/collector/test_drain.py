@@ -253,3 +253,78 @@ def test_the_latest_detach_is_taken_once():
     d.note(0, 0.01)
     d.note(37, 0.02)
     assert d.take_last() == (0.02, 37) and d.take_last() == (0.0, 0)
+
+
+@pytest.mark.parametrize("bound_ms, want_lost", [("200", [0, 0, 0]), ("20", [33, 33, 33])])
+def test_with_a_fence_each_detach_waits_as_long_as_its_queue_up_to_the_bound(tmp_path, bound_ms, want_lost):
+    """CUDAWATCH_DETACH_DRAIN=fence: the detach waits on the fence (here a stand-in that returns when
+    the stand-in CUPTI's last queued kernel finishes on the virtual clock, or at the bound) instead of
+    guessing: nothing lost from the first detach when the queue fits the bound; past the bound the
+    same loss every detach (no adaptation), and the order stays disable, unforced flush, fence,
+    forced flush, finalize."""
+    (tmp_path / "cupti").mkdir()
+    (tmp_path / "cupti" / "__init__.py").write_text("")
+    (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
+    code = textwrap.dedent("""
+        import json
+        from cupti import cupti
+        import collector.drain
+        from collector.aggregate import Aggregator
+        from collector.tracer import CuptiTracer
+
+        class VirtualFence:
+            waits = timeouts = 0
+            def wait(self, bound_s):
+                cupti.calls.append("fence")
+                now = cupti.state["now"]
+                waited = min(bound_s, max(cupti.state["queue"], default=now) - now)
+                cupti.state["now"] += waited
+                return waited
+        collector.drain.StreamFence = VirtualFence
+        agg = Aggregator(window_s=60)
+        t = CuptiTracer(agg)
+        lost, waits = [], []
+        for _ in range(3):
+            t.attach()
+            cupti.calls.clear()
+            now = cupti.state["now"]
+            cupti.state["queue"] = [now + 0.001 * (5 + 45 * i / 49) for i in range(50)]
+            z0 = agg.invalid_zero_ts
+            t.detach()
+            lost.append(agg.invalid_zero_ts - z0)
+            waits.append(t.drain.take_last()[0])
+        print(json.dumps([lost, waits, cupti.calls, t.drain.summary()["lost"]]))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", CUDAWATCH_DETACH_DRAIN="fence", CUDAWATCH_DETACH_DRAIN_MS=bound_ms)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lost, waits, calls, total = json.loads(p.stdout)
+    assert lost == want_lost and total == sum(want_lost)
+    assert waits == pytest.approx([min(0.05, int(bound_ms) / 1e3)] * 3)  # the queue's length, or the bound
+    assert calls == ["disable"] * 4 + ["flush", "fence", "flush_forced", "finalize"]
+
+
+def test_the_fence_mode_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "fence")
+    d = DetachDrain()
+    assert d.fence is not None and d.wait_s() == DEFAULT_MAX_S  # the bound: the fence returns when the queue is done
+    assert DetachDrain(0.0).fence is None  # a drain turned off has no fence either
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "sometimes")
+    with pytest.raises(ValueError, match="'adaptive' or 'fence'"):
+        DetachDrain()
+
+
+def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_takes_over():
+    from collector.cuda_fence import FenceError
+
+    class Broken:
+        def wait(self, bound_s):
+            raise FenceError("cuEventRecord returned CUDA error 700")
+
+    d = DetachDrain(0.1, fence=Broken())
+    assert d.wait_s() == 0.1
+    assert d.wait_fenced(0.1) is None  # the caller sleeps instead
+    assert d.fence is None and "CUDA error 700" in d.fence_error and d.wait_s() == 0.01
+    assert d.take_errors() == ["detach fence: cuEventRecord returned CUDA error 700"] and d.take_errors() == []
+    assert d.wait_fenced(0.01) is None and d.take_errors() == []  # counted once

@@ -1,0 +1,131 @@
+"""collector.cuda_fence: the detach's fence over the CUDA driver API, against a stand-in libcuda
+that keeps the driver's rules we rely on (retain counts, a context stack per thread, events that
+complete when the queue ahead of them has drained). The real driver runs on the GPU (docs/collector.md)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from collector import cuda_fence
+from collector.cuda_fence import FenceError, StreamFence
+
+
+class StandInDriver:
+    """Devices 0..n-1; ``active`` ones have a primary context; an event completes after ``polls``
+    queries (None: never). Records every call."""
+
+    def __init__(self, n=2, active=(1,), polls=3, initialized=True, fail=None):
+        self.n, self.active, self.polls, self.initialized, self.fail = n, set(active), polls, initialized, fail
+        self.calls, self.retained, self.stack, self.events, self.queries = [], {}, [], {}, {}
+        self._next = 100
+
+    def _rc(self, name):
+        self.calls.append(name)
+        return 999 if name == self.fail else 0
+
+    def cuDeviceGetCount(self, count):
+        if not self.initialized:
+            return cuda_fence.CUDA_ERROR_NOT_INITIALIZED
+        count._obj.value = self.n
+        return self._rc("cuDeviceGetCount")
+
+    def cuDeviceGet(self, dev, ordinal):
+        dev._obj.value = ordinal
+        return self._rc("cuDeviceGet")
+
+    def cuDevicePrimaryCtxGetState(self, dev, flags, active):
+        active._obj.value = int(dev.value in self.active)
+        return self._rc("cuDevicePrimaryCtxGetState")
+
+    def cuDevicePrimaryCtxRetain(self, ctx, dev):
+        rc = self._rc("cuDevicePrimaryCtxRetain")
+        if rc == 0:  # a failed retain retains nothing
+            ctx._obj.value = 1000 + dev.value
+            self.retained[dev.value] = self.retained.get(dev.value, 0) + 1
+        return rc
+
+    def cuDevicePrimaryCtxRelease_v2(self, dev):
+        self.retained[dev.value] -= 1
+        return self._rc("cuDevicePrimaryCtxRelease_v2")
+
+    def cuCtxPushCurrent_v2(self, ctx):
+        self.stack.append(ctx.value)
+        return self._rc("cuCtxPushCurrent_v2")
+
+    def cuCtxPopCurrent_v2(self, out):
+        out._obj.value = self.stack.pop()
+        return self._rc("cuCtxPopCurrent_v2")
+
+    def cuEventCreate(self, ev, flags):
+        assert flags == cuda_fence.CU_EVENT_DISABLE_TIMING and self.stack
+        self._next += 1
+        ev._obj.value = self._next
+        self.events[self._next] = self.stack[-1]  # the event belongs to the current context
+        return self._rc("cuEventCreate")
+
+    def cuEventRecord(self, ev, stream):
+        assert stream is None  # the legacy default stream
+        assert self.events[ev.value] == self.stack[-1]
+        return self._rc("cuEventRecord")
+
+    def cuEventQuery(self, ev):
+        self.queries[ev.value] = self.queries.get(ev.value, 0) + 1
+        if self._rc("cuEventQuery"):
+            return 999
+        if self.polls is None or self.queries[ev.value] < self.polls:
+            return cuda_fence.CUDA_ERROR_NOT_READY
+        return 0
+
+    def cuEventDestroy_v2(self, ev):
+        del self.events[ev.value]
+        return self._rc("cuEventDestroy_v2")
+
+
+def _balanced(drv):
+    assert drv.stack == [] and all(v == 0 for v in drv.retained.values()) and drv.events == {}
+
+
+def test_waits_for_the_active_context_only_and_leaves_nothing_behind():
+    drv = StandInDriver(n=3, active=(1, 2), polls=4)
+    fence = StreamFence(lib=drv)
+    waited = fence.wait(1.0)
+    assert 0 < waited < 1.0 and fence.timeouts == 0 and fence.waits == 1
+    assert sorted(drv.retained) == [1, 2]  # device 0 has no context: never retained (that would create one)
+    assert list(drv.queries.values()) == [4, 4]
+    _balanced(drv)
+
+
+def test_a_kernel_that_never_ends_holds_the_wait_only_to_the_bound():
+    drv = StandInDriver(polls=None)
+    fence = StreamFence(lib=drv)
+    waited = fence.wait(0.02)
+    assert 0.02 <= waited < 0.5 and fence.timeouts == 1
+    _balanced(drv)
+
+
+def test_a_process_that_never_initialized_cuda_waits_for_nothing():
+    drv = StandInDriver(initialized=False)
+    assert StreamFence(lib=drv).wait(1.0) < 0.05
+    assert drv.calls == []  # no cuInit, no context created
+
+
+@pytest.mark.parametrize("fail", ["cuEventRecord", "cuEventCreate", "cuEventQuery", "cuDevicePrimaryCtxRetain"])
+def test_a_driver_error_is_raised_and_every_retained_context_released(fail):
+    drv = StandInDriver(n=2, active=(0, 1), fail=fail)
+    with pytest.raises(FenceError, match=fail):
+        StreamFence(lib=drv).wait(1.0)
+    assert all(v == 0 for v in drv.retained.values()) and drv.events == {}
+
+
+def test_without_libcuda_the_fence_says_why():
+    fence = StreamFence()
+    fence._lib = None
+    original = ctypes.CDLL
+    try:
+        ctypes.CDLL = lambda name: (_ for _ in ()).throw(OSError(f"{name}: cannot open shared object file"))
+        with pytest.raises(FenceError, match="libcuda.so.1 not loadable"):
+            fence.wait(0.01)
+    finally:
+        ctypes.CDLL = original
