@@ -18,6 +18,23 @@ def rss_mib() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def proc_census() -> tuple[int, float, int]:
+    """(threads, anonymous RSS in MiB, memory mappings) of this process, from /proc (Linux).
+
+    Tells apart what a detach/attach cycle may leave behind: threads CUPTI did not join, heap or
+    allocator arenas (anonymous memory; a new glibc arena is a new mapping), libraries (file-backed)."""
+    threads = anon_kib = 0
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("Threads:"):
+                threads = int(line.split()[1])
+            elif line.startswith("RssAnon:"):
+                anon_kib = int(line.split()[1])
+    with open("/proc/self/maps") as fh:
+        maps = sum(1 for _ in fh)
+    return threads, anon_kib / 1024, maps
+
+
 def launch_step(launches: int = 100):
     """The launch-bound loop: ``launches`` tiny in-place adds, then a synchronize."""
     import torch

@@ -128,23 +128,6 @@ def census_growth(before: collections.Counter, after: collections.Counter, top: 
     return sorted((g for g in grew if g[1] > 0), key=lambda g: (-g[1], g[0]))[:top]
 
 
-def proc_census() -> tuple[int, float, int]:
-    """(threads, anonymous RSS in MiB, memory mappings) of this process, from /proc (Linux).
-
-    Tells apart what a detach/attach cycle may leave behind: threads CUPTI did not join, heap or
-    allocator arenas (anonymous memory; a new glibc arena is a new mapping), libraries (file-backed)."""
-    threads = anon_kib = 0
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("Threads:"):
-                threads = int(line.split()[1])
-            elif line.startswith("RssAnon:"):
-                anon_kib = int(line.split()[1])
-    with open("/proc/self/maps") as fh:
-        maps = sum(1 for _ in fh)
-    return threads, anon_kib / 1024, maps
-
-
 def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | None = None,
             census: bool = False) -> dict:
     import sys
@@ -180,7 +163,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         while not stop.wait(2.0):
             samples.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
             blocks.append((samples[-1][0], sys.getallocatedblocks() / 1e3))
-            procs.append((samples[-1][0], *proc_census()))
+            procs.append((samples[-1][0], *gpu_workloads.proc_census()))
             if session is not None:
                 sigs.append(session.agg.signatures())
             if census and not censuses and samples[-1][0] >= 0.2 * seconds:

@@ -10,7 +10,8 @@ batch 16, vocabulary 8192; AdamW, bf16 autocast); ``launch`` = the launch-bound 
 ``benchmarks/overhead.py`` (100 tiny in-place adds then sync: exactly 100 kernels per step).
 
 ``train`` logs the steps finished in every window (aligned like the collector's windows) and the
-process RSS every 5 s (the collector runs inside this process). ``count`` counts kernels per step
+process RSS every 5 s, with its threads, anonymous RSS and mappings (``proc``; the collector runs
+inside this process); the step times go to ``<json>.steps.f64`` as they come (``step_log.StepLog``). ``count`` counts kernels per step
 once with torch.profiler (CUDA activities), in a process of its own. ``analyze`` compares, per
 window, the traced launches scaled by ``1 / sampling_duty`` with steps x kernels per step, and
 reports the RSS growth after the first 2 minutes. ``phases`` (with the collector's
@@ -89,12 +90,15 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     torch.cuda.synchronize()
     per_window: dict[int, int] = {}
     rss: list[tuple[float, float]] = []
+    proc: list[tuple[float, int, float, int]] = []  # (t, threads, anonymous RSS MiB, mappings): what grows
     t0 = time.time()
     stop = threading.Event()
 
     def sampler():
         while not stop.wait(5.0):
-            rss.append((round(time.time() - t0, 1), round(gpu_workloads.rss_mib(), 1)))
+            t = round(time.time() - t0, 1)
+            rss.append((t, round(gpu_workloads.rss_mib(), 1)))
+            proc.append((t, *gpu_workloads.proc_census()))
 
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
@@ -108,21 +112,22 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
             per_window[ws] = per_window.get(ws, 0) + 1
             steps += 1
             if now - last_dump > 30:
-                _dump(out, workload, window_s, t0, steps, per_window, rss, done=False)
+                _dump(out, workload, window_s, t0, steps, per_window, rss, proc, done=False)
                 last_dump = now
     torch.cuda.synchronize()
     stop.set()
-    return _dump(out, workload, window_s, t0, steps, per_window, rss, done=True)
+    return _dump(out, workload, window_s, t0, steps, per_window, rss, proc, done=True)
 
 
 def steps_file(train_json: str) -> Path:
     return Path(train_json).with_suffix(".steps.f64")
 
 
-def _dump(out, workload, window_s, t0, steps, per_window, rss, *, done) -> dict:
+def _dump(out, workload, window_s, t0, steps, per_window, rss, proc, *, done) -> dict:
     res = {"workload": workload, "window_s": window_s, "t0": t0, "steps": steps, "done": done,
            "step_log": "streamed",  # step times on disk (step_log.StepLog), not in this process's RSS
-           "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss)}
+           "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss),
+           "proc": [(t, n, round(anon, 1), m) for t, n, anon, m in proc]}
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(res))
     os.replace(tmp, out)
