@@ -12,11 +12,25 @@ unless a program switches streams. Work on non-blocking streams (NCCL's, side st
 covered: the bound still ends the wait, and whatever is unfinished is counted as before.
 
 Polling, never a blocking synchronize: a kernel that never ends (a persistent kernel) cannot hold
-the collector's thread beyond the bound. Driver API through ctypes (``libcuda.so.1``), like the
-rest of the collector's GPU code only in ``collector/``; ``lib`` takes a stand-in for CPU tests.
-The fence is armed after the traced kinds are disabled and before the forced flush and
-``cuptiFinalize`` (the ``callback`` finalizer subscribes only after the forced flush), so the
-driver calls here are never traced and never finalize CUPTI.
+the collector's thread in the poll beyond the bound. The driver calls themselves (retain, record,
+release) may still block inside the driver for a while, e.g. behind a full launch queue; not
+bounded here. Side effect: an event on the legacy stream is a barrier across the context's blocking
+streams, once a detach (none for PyTorch, whose side streams are non-blocking; CuPy's streams and
+raw ``cudaStreamCreate`` streams are blocking).
+
+CUDA graph capture: while another thread captures in the default global mode, an event query from
+this thread would invalidate the capture, and while a blocking stream captures, the legacy stream
+cannot be used at all. So every fence runs with this thread's capture mode exchanged to relaxed
+(``cuThreadExchangeStreamCaptureMode``, restored after), and asks ``cuStreamIsCapturing`` about the
+legacy stream before recording: a capture in progress (or a capture error 900-908 anywhere) skips
+the fence for this detach (``skipped``), it does not drop it. A capture that starts between that
+check and the record can still be hit; the window is a few microseconds a detach.
+
+Driver API through ctypes (``libcuda.so.1``), like the rest of the collector's GPU code only in
+``collector/``; ``lib`` takes a stand-in for CPU tests. The fence is armed after the traced kinds
+are disabled and before the forced flush and ``cuptiFinalize`` (the ``callback`` finalizer
+subscribes only after the forced flush), so the driver calls here are never traced and never
+finalize CUPTI. **Not yet run on a GPU** (opt-in: ``CUDAWATCH_DETACH_DRAIN=fence``).
 """
 
 from __future__ import annotations
@@ -26,13 +40,25 @@ import time
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_NOT_INITIALIZED = 3
+CUDA_ERROR_DEINITIALIZED = 4
 CUDA_ERROR_NOT_READY = 600
+CAPTURE_ERRORS = range(900, 909)  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ... _WRONG_THREAD
 CU_EVENT_DISABLE_TIMING = 0x2
+CU_STREAM_CAPTURE_MODE_RELAXED = 2
+CU_STREAM_CAPTURE_STATUS_NONE = 0
 POLL_S = 0.0005
 
 
 class FenceError(RuntimeError):
     """A driver call failed: the fence cannot be used in this process."""
+
+    def __init__(self, message: str, rc: int | None = None) -> None:
+        super().__init__(message)
+        self.rc = rc
+
+
+class FenceSkipped(Exception):
+    """A graph capture is in progress: no fence for this detach (the fence stays)."""
 
 
 class StreamFence:
@@ -43,6 +69,7 @@ class StreamFence:
         self._lib = lib
         self.waits = 0
         self.timeouts = 0  # waits the bound ended (work still queued, or on a kernel that never ends)
+        self.skipped = 0  # detaches without a fence: a graph capture was in progress
 
     def _cu(self):
         if self._lib is None:
@@ -53,22 +80,33 @@ class StreamFence:
         return self._lib
 
     def _call(self, name: str, *args) -> int:
-        rc = getattr(self._cu(), name)(*args)
-        if rc not in (CUDA_SUCCESS, CUDA_ERROR_NOT_READY):
-            raise FenceError(f"{name} returned CUDA error {rc}")
+        try:
+            rc = getattr(self._cu(), name)(*args)
+        except (AttributeError, OSError, ctypes.ArgumentError) as exc:  # a driver without the symbol
+            raise FenceError(f"{name}: {exc}") from exc
+        if rc in CAPTURE_ERRORS:
+            raise FenceSkipped(f"{name} returned CUDA error {rc} (graph capture)")
+        if rc != CUDA_SUCCESS and not (rc == CUDA_ERROR_NOT_READY and name == "cuEventQuery"):
+            raise FenceError(f"{name} returned CUDA error {rc}", rc)
         return rc
 
-    def _arm(self) -> list[tuple[int, ctypes.c_void_p, ctypes.c_void_p]]:
-        """One event per active primary context, recorded on its legacy default stream."""
+    def _devices(self) -> int:
+        """How many devices; 0 when CUDA was never initialized (cuInit here would cost the program)
+        or has shut down: then nothing is queued."""
         count = ctypes.c_int(0)
-        rc = self._cu().cuDeviceGetCount(ctypes.byref(count))
-        if rc == CUDA_ERROR_NOT_INITIALIZED:
-            return []  # the process never initialized CUDA: nothing queued (and cuInit here would cost it)
-        if rc != CUDA_SUCCESS:
-            raise FenceError(f"cuDeviceGetCount returned CUDA error {rc}")
+        try:
+            self._call("cuDeviceGetCount", ctypes.byref(count))
+        except FenceError as exc:
+            if exc.rc in (CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_DEINITIALIZED):
+                return 0
+            raise
+        return count.value
+
+    def _arm(self, devices: int) -> list[tuple[int, ctypes.c_void_p, ctypes.c_void_p]]:
+        """One event per active primary context, recorded on its legacy default stream."""
         armed = []
         try:
-            for ordinal in range(count.value):
+            for ordinal in range(devices):
                 dev, flags, active = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
                 self._call("cuDeviceGet", ctypes.byref(dev), ordinal)
                 self._call("cuDevicePrimaryCtxGetState", dev, ctypes.byref(flags), ctypes.byref(active))
@@ -78,6 +116,10 @@ class StreamFence:
                 self._call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
                 armed.append((dev.value, ctx, ev))
                 with _current(self, ctx):
+                    status = ctypes.c_int(CU_STREAM_CAPTURE_STATUS_NONE)
+                    self._call("cuStreamIsCapturing", None, ctypes.byref(status))  # 906 if a blocking stream captures
+                    if status.value != CU_STREAM_CAPTURE_STATUS_NONE:
+                        raise FenceSkipped("the legacy stream is capturing")
                     self._call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DISABLE_TIMING)
                     self._call("cuEventRecord", ev, None)  # NULL stream: the context's legacy default stream
         except BaseException:
@@ -94,7 +136,7 @@ class StreamFence:
                 try:
                     if step is not None:
                         step()
-                except FenceError as exc:
+                except BaseException as exc:  # also Ctrl-C: every context is released before it propagates
                     first = first or exc
         if first is not None:
             raise first
@@ -104,19 +146,31 @@ class StreamFence:
             self._call("cuEventDestroy_v2", ev)
 
     def wait(self, bound_s: float) -> float:
+        """Seconds waited (0 when skipped for a graph capture); raises FenceError when the driver fails."""
         t0 = time.perf_counter()
-        armed = self._arm()
+        devices = self._devices()
+        if not devices:
+            return 0.0
+        mode = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED)
+        self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # this thread: relaxed; mode: its old one
         try:
-            pending = list(armed)
-            while pending:
-                pending = [a for a in pending if self._query(a) == CUDA_ERROR_NOT_READY]
-                if not pending or time.perf_counter() - t0 >= bound_s:
-                    break
-                time.sleep(POLL_S)
-            self.waits += 1
-            self.timeouts += bool(pending)
+            armed = self._arm(devices)
+            try:
+                pending = list(armed)
+                while pending:
+                    pending = [a for a in pending if self._query(a) == CUDA_ERROR_NOT_READY]
+                    if not pending or time.perf_counter() - t0 >= bound_s:
+                        break
+                    time.sleep(POLL_S)
+                self.waits += 1
+                self.timeouts += bool(pending)
+            finally:
+                self._release(armed)
+        except FenceSkipped:
+            self.skipped += 1
+            return 0.0
         finally:
-            self._release(armed)
+            self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # back to the thread's old mode
         return time.perf_counter() - t0
 
     def _query(self, armed) -> int:

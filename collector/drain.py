@@ -23,7 +23,8 @@ time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the
 fence (``collector.cuda_fence.StreamFence``): every detach waits until the work queued before it
 has finished on the legacy default stream of each active context, at most ``max_s``; the adaptive
 rules are then unused. A fence that fails (no ``libcuda``, a driver error) is dropped for the rest
-of the process, with the reason counted in ``health``, and the adaptive wait takes over.
+of the process, with the reason counted in ``health``, and the adaptive wait takes over; a graph
+capture in progress skips the fence for that detach only (``collector.cuda_fence``).
 Pure arithmetic here, no CUPTI: tested on CPU.
 """
 
@@ -85,6 +86,7 @@ class DetachDrain:
         if self.fence is not None:
             self.current_s = max_s  # the fence's bound: it returns as soon as the queue is done
         self.fence_error: str | None = None
+        self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
         self._errors: list[str] = []
 
     def summary(self) -> dict:
@@ -92,7 +94,8 @@ class DetachDrain:
         lengthens the cycle and so the control period)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "last_wait_s": self.current_s, "lost_per_detach": self.lost / max(self.detaches, 1),
-                "fence": None if self.fence is None else {"waits": self.fence.waits, "timeouts": self.fence.timeouts},
+                "fence": None if self._fence_seen is None else {
+                    k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped")},
                 "fence_error": self.fence_error}
 
     def wait_fenced(self, bound_s: float) -> float | None:
@@ -102,8 +105,9 @@ class DetachDrain:
             return None
         try:
             return self.fence.wait(bound_s)
-        except FenceError as exc:
-            self.fence, self.fence_error = None, str(exc)
+        except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
+            self.fence = None
+            self.fence_error = str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}"
             self.current_s = self._start_s  # the adaptive wait from its start
             self._errors.append(f"detach fence: {exc}")
             return None

@@ -55,7 +55,7 @@ class ReplayTracer:
         self.callback_s = 0.0
         self.buffers_requested = self.buffers_completed = 0
         self.attached = self.enabled = False
-        self.finalize_errors = 0  # CuptiTracer's interface: a replay has no cuptiFinalize to fail
+        self.detach_errors = 0  # CuptiTracer's interface: a replay has no cuptiFinalize or fence to fail
         self.drain = DetachDrain(0.0)  # recorded records are complete: a detach never waits
         self.clock_offset_ns = 0
         self._delivered_until = 0  # replay-relative ns already handed out

@@ -308,7 +308,7 @@ class Session:
                       # data quality: totals since start (Prometheus counters) and the last closed window
                       "records_delivered_total": a.delivered_total, "records_valid_total": a.valid_total,
                       "records_invalid_total": {"zero_timestamp": a.invalid_zero_ts, "end_before_start": a.invalid_order},
-                      "dropped_records_total": self.dropped_total, "collector_errors_total": self.errors + self.tracer.finalize_errors,
+                      "dropped_records_total": self.dropped_total, "collector_errors_total": self.errors + self.tracer.detach_errors,
                       "window_quality": quality_of(window) if window is not None else None}
             tmp = d / f".tmp-{self.meta.host}-{self.meta.pid}.json"
             tmp.write_text(json.dumps(status))

@@ -89,7 +89,7 @@ class CuptiTracer:
         self.buffers_completed = 0
         self.attached = False
         self.enabled = False
-        self.finalize_errors = 0  # failures a detach survived, counted in health (DetachFinalizer.take_unraised)
+        self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
@@ -211,7 +211,8 @@ class CuptiTracer:
             wait = self.drain.wait_s()
             if wait > 0:
                 waited = self.drain.wait_fenced(wait)  # until the queued work is done, when a fence is on
-                if waited is None:
+                if waited is None:  # no fence, or it just failed: the adaptive wait (from its start then)
+                    wait = self.drain.wait_s()
                     time.sleep(wait)
                 else:
                     wait = waited
@@ -222,10 +223,8 @@ class CuptiTracer:
                     self.finalizer.finalize()
                 finally:
                     # failures it survived (or that an interrupt masks) count in this window's health
-                    for what in self.finalizer.take_unraised():
-                        self.finalize_errors += 1
-                        self.agg.note_health(time.time(), error=f"finalize: {what}")
-                    for what in self.drain.take_errors():  # a fence that failed; the adaptive wait took over
+                    for what in [f"finalize: {w}" for w in self.finalizer.take_unraised()] + self.drain.take_errors():
+                        self.detach_errors += 1  # a failed finalize step, or a fence dropped for the adaptive wait
                         self.agg.note_health(time.time(), error=what)
                     # even when it raised: a callback may still finalize later, and an attach must then
                     # register the buffer callbacks again rather than enable kinds on a detached CUPTI

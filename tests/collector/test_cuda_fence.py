@@ -16,14 +16,38 @@ class StandInDriver:
     """Devices 0..n-1; ``active`` ones have a primary context; an event completes after ``polls``
     queries (None: never). Records every call."""
 
-    def __init__(self, n=2, active=(1,), polls=3, initialized=True, fail=None):
+    def __init__(self, n=2, active=(1,), polls=3, initialized=True, fail=None, capture=None):
         self.n, self.active, self.polls, self.initialized, self.fail = n, set(active), polls, initialized, fail
         self.calls, self.retained, self.stack, self.events, self.queries = [], {}, [], {}, {}
         self._next = 100
+        # capture: None; "global" (another thread captures in global mode: an unsafe call from a
+        # thread not in relaxed mode invalidates it); "legacy" (the legacy stream captures);
+        # "blocking" (a blocking stream captures: the legacy stream is unusable, error 906)
+        self.capture, self.mode, self.invalidated = capture, 0, False
 
     def _rc(self, name):
         self.calls.append(name)
         return 999 if name == self.fail else 0
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        self.mode, mode._obj.value = mode._obj.value, self.mode
+        return self._rc("cuThreadExchangeStreamCaptureMode")
+
+    def cuStreamIsCapturing(self, stream, status):
+        assert stream is None
+        if self.capture == "blocking":
+            return self._rc("cuStreamIsCapturing") or 906
+        status._obj.value = 1 if self.capture == "legacy" else 0
+        return self._rc("cuStreamIsCapturing")
+
+    def _unsafe(self):  # an event record or query while another thread captures
+        if self.capture == "global" and self.mode != cuda_fence.CU_STREAM_CAPTURE_MODE_RELAXED:
+            self.invalidated = True
+            return 900
+        if self.capture == "blocking":
+            self.invalidated = True
+            return 906
+        return 0
 
     def cuDeviceGetCount(self, count):
         if not self.initialized:
@@ -68,10 +92,12 @@ class StandInDriver:
     def cuEventRecord(self, ev, stream):
         assert stream is None  # the legacy default stream
         assert self.events[ev.value] == self.stack[-1]
-        return self._rc("cuEventRecord")
+        return self._unsafe() or self._rc("cuEventRecord")
 
     def cuEventQuery(self, ev):
         self.queries[ev.value] = self.queries.get(ev.value, 0) + 1
+        if self._unsafe():
+            return 900
         if self._rc("cuEventQuery"):
             return 999
         if self.polls is None or self.queries[ev.value] < self.polls:
@@ -85,6 +111,7 @@ class StandInDriver:
 
 def _balanced(drv):
     assert drv.stack == [] and all(v == 0 for v in drv.retained.values()) and drv.events == {}
+    assert drv.mode == 0  # the thread's capture mode is back to what it was
 
 
 def test_waits_for_the_active_context_only_and_leaves_nothing_behind():
@@ -111,12 +138,52 @@ def test_a_process_that_never_initialized_cuda_waits_for_nothing():
     assert drv.calls == []  # no cuInit, no context created
 
 
+def test_a_global_mode_capture_on_another_thread_is_left_intact():
+    drv = StandInDriver(polls=2, capture="global")
+    fence = StreamFence(lib=drv)
+    assert fence.wait(1.0) > 0 and fence.waits == 1 and fence.skipped == 0
+    assert not drv.invalidated  # the queries ran in relaxed mode
+    _balanced(drv)
+
+
+@pytest.mark.parametrize("capture", ["legacy", "blocking"])
+def test_a_capture_on_the_legacy_or_a_blocking_stream_skips_this_fence_only(capture):
+    drv = StandInDriver(capture=capture)
+    fence = StreamFence(lib=drv)
+    assert fence.wait(1.0) == 0.0 and fence.skipped == 1 and fence.waits == 0
+    assert not drv.invalidated and "cuEventRecord" not in drv.calls  # asked first, never recorded
+    _balanced(drv)
+    drv.capture = None
+    assert fence.wait(1.0) > 0 and fence.waits == 1  # the next detach fences again
+
+
 @pytest.mark.parametrize("fail", ["cuEventRecord", "cuEventCreate", "cuEventQuery", "cuDevicePrimaryCtxRetain"])
 def test_a_driver_error_is_raised_and_every_retained_context_released(fail):
     drv = StandInDriver(n=2, active=(0, 1), fail=fail)
     with pytest.raises(FenceError, match=fail):
         StreamFence(lib=drv).wait(1.0)
-    assert all(v == 0 for v in drv.retained.values()) and drv.events == {}
+    _balanced(drv)
+
+
+def test_an_interrupt_while_releasing_still_releases_every_context():
+    drv = StandInDriver(n=2, active=(0, 1), polls=1)
+    destroy = drv.cuEventDestroy_v2
+
+    def interrupted(ev):
+        destroy(ev)
+        raise KeyboardInterrupt
+
+    drv.cuEventDestroy_v2 = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        StreamFence(lib=drv).wait(1.0)
+    assert drv.events == {} and all(v == 0 for v in drv.retained.values())
+
+
+def test_a_driver_without_a_symbol_is_a_fence_error():
+    class Old(StandInDriver):
+        cuThreadExchangeStreamCaptureMode = property(lambda self: (_ for _ in ()).throw(AttributeError("undefined symbol")))
+    with pytest.raises(FenceError, match="cuThreadExchangeStreamCaptureMode: undefined symbol"):
+        StreamFence(lib=Old()).wait(1.0)
 
 
 def test_without_libcuda_the_fence_says_why():

@@ -328,3 +328,56 @@ def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_takes_over():
     assert d.fence is None and "CUDA error 700" in d.fence_error and d.wait_s() == 0.01
     assert d.take_errors() == ["detach fence: cuEventRecord returned CUDA error 700"] and d.take_errors() == []
     assert d.wait_fenced(0.01) is None and d.take_errors() == []  # counted once
+
+
+def test_in_fence_mode_every_wait_is_the_bound_whatever_the_losses():
+    class Fence:
+        def wait(self, bound_s):
+            return bound_s / 2
+
+    d = DetachDrain(0.1, fence=Fence())
+    for lost in (50, 50, 0, 0, 0, 7):
+        d.note(lost, 0.05)
+        assert d.wait_s() == 0.1  # the adaptive rules would have doubled, reset or shrunk it
+    assert d.summary()["lost"] == 107 and d.summary()["lossy"] == 3
+
+
+def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wait_runs(tmp_path):
+    """The stand-in CUPTI's detach with a fence that raises: the window gets the error, the tracer
+    counts it once, and this detach sleeps the adaptive wait's start (10 ms), not the fence's bound."""
+    (tmp_path / "cupti").mkdir()
+    (tmp_path / "cupti" / "__init__.py").write_text("")
+    (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
+    code = textwrap.dedent("""
+        import json, time, types
+        from cupti import cupti
+        import collector.drain, collector.tracer as tracer_mod
+        from collector.aggregate import Aggregator
+        from collector.cuda_fence import FenceError
+        from collector.tracer import CuptiTracer
+
+        class Broken:
+            def wait(self, bound_s):
+                cupti.calls.append("fence")
+                raise FenceError("cuEventRecord returned CUDA error 700", 700)
+        def sleep(s):
+            cupti.calls.append(f"wait {s:g}")
+            cupti.state["now"] += s
+        tracer_mod.time = types.SimpleNamespace(sleep=sleep, time=time.time, time_ns=time.time_ns, thread_time=time.thread_time)
+        collector.drain.StreamFence = Broken
+        agg = Aggregator(window_s=60)
+        t = CuptiTracer(agg)
+        for _ in range(2):
+            t.attach()
+            t.detach()
+        errors = [(w.errors, w.last_error) for w in agg._windows.values() if w.errors]
+        print(json.dumps([cupti.calls, t.detach_errors, errors, t.drain.summary()["fence_error"]]))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", CUDAWATCH_DETACH_DRAIN="fence")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    calls, detach_errors, errors, fence_error = json.loads(p.stdout)
+    assert [c for c in calls if c == "fence" or c.startswith("wait")] == ["fence", "wait 0.01", "wait 0.0095"]
+    assert detach_errors == 1 and errors == [[1, "detach fence: cuEventRecord returned CUDA error 700"]]
+    assert fence_error == "cuEventRecord returned CUDA error 700"
