@@ -197,54 +197,69 @@ def activity_flush_all(flag):
 '''
 
 
+#: What every stand-in run starts with: the tracer's sleep advances the stand-in's virtual clock, and
+#: ``queued_detach`` detaches with 50 kernels queued to finish 5-50 ms (virtual) after it starts.
+PRELUDE = """
+import json, time, types
+from cupti import cupti
+import collector.drain, collector.tracer as tracer_mod
+from collector.aggregate import Aggregator
+from collector.cuda_fence import FenceError
+from collector.tracer import CuptiTracer
+
+def sleep(s):
+    cupti.calls.append(f"wait {s:g}")
+    cupti.state["now"] += s
+tracer_mod.time = types.SimpleNamespace(sleep=sleep, time=time.time, time_ns=time.time_ns, thread_time=time.thread_time)
+
+def queued_detach(t, agg):
+    t.attach()
+    cupti.calls.clear()
+    now = cupti.state["now"]
+    cupti.state["queue"] = [now + 0.001 * (5 + 45 * i / 49) for i in range(50)]
+    z0 = agg.invalid_zero_ts
+    t.detach()
+    return agg.invalid_zero_ts - z0
+"""
+
+
+def _run_stand_in(tmp_path, body: str, **env: str):
+    """Run ``PRELUDE + body`` in a fresh interpreter with the stand-in ``cupti`` module and only the
+    given CUDAWATCH_ settings; returns what it printed, read as JSON."""
+    (tmp_path / "cupti").mkdir()
+    (tmp_path / "cupti" / "__init__.py").write_text("")
+    (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    run_env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", **env)
+    p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
+                       env=run_env, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
 @pytest.mark.parametrize("drain_ms, want_lost", [("0", 50), ("200", 0)])
 def test_detach_waits_for_queued_kernels_before_the_forced_flush(tmp_path, drain_ms, want_lost):
     """50 kernels queued to finish 5-50 ms (virtual clock) after the detach starts: without a wait
     all 50 come back without timestamps; with the wait (10, 20, 40, then 80 ms: three lossy detaches
     to grow past 50 ms) the fourth detach loses none, and the order is disable, unforced flush, wait,
     forced flush, finalize."""
-    (tmp_path / "cupti").mkdir()
-    (tmp_path / "cupti" / "__init__.py").write_text("")
-    (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
-    code = textwrap.dedent("""
-        import json, time, types
-        from cupti import cupti
-        import collector.tracer as tracer_mod
-        from collector.aggregate import Aggregator
-        from collector.tracer import CuptiTracer
-
-        def sleep(s):  # the tracer's wait advances the virtual clock the stand-in's kernels finish on
-            cupti.calls.append("wait")
-            cupti.state["now"] += s
-        tracer_mod.time = types.SimpleNamespace(sleep=sleep, time=time.time, time_ns=time.time_ns, thread_time=time.thread_time)
+    lost, calls, taken = _run_stand_in(tmp_path, """
         agg = Aggregator(window_s=60)
         t = CuptiTracer(agg)
         lost, taken = [], []
         for _ in range(4):
-            t.attach()
-            cupti.calls.clear()
-            now = cupti.state["now"]
-            cupti.state["queue"] = [now + 0.001 * (5 + 45 * i / 49) for i in range(50)]
-            z0 = agg.invalid_zero_ts
-            t.detach()
-            lost.append(agg.invalid_zero_ts - z0)
+            lost.append(queued_detach(t, agg))
             taken.append(t.drain.take_last())
-        print(",".join(map(str, lost)), ",".join(cupti.calls), json.dumps(taken + [t.drain.take_last()]))
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
-    env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", CUDAWATCH_DETACH_DRAIN_MS=drain_ms)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
-    assert p.returncode == 0, p.stderr
-    lost, calls, taken = p.stdout.split(maxsplit=2)
-    lost = [int(x) for x in lost.split(",")]
+        print(json.dumps([lost, cupti.calls, taken + [t.drain.take_last()]]))
+    """, CUDAWATCH_DETACH_DRAIN_MS=drain_ms)
     assert lost[-1] == want_lost
-    taken = json.loads(taken)  # what the duty log gets per detach: (wait, records without timestamps), once
+    # what the duty log gets per detach: (wait, records without timestamps), once
     assert [n for _, n in taken[:4]] == lost and taken[4] == [0.0, 0]
     if drain_ms == "0":
-        assert lost == [50] * 4 and calls.split(",") == ["disable"] * 4 + ["flush", "flush_forced", "finalize"]
+        assert lost == [50] * 4 and calls == ["disable"] * 4 + ["flush", "flush_forced", "finalize"]
     else:
         assert lost[0] > lost[1] > lost[2] > 0  # each doubling catches more of the queue
-        assert calls.split(",") == ["disable"] * 4 + ["flush", "wait", "flush_forced", "finalize"]
+        assert calls == ["disable"] * 4 + ["flush", "wait 0.08", "flush_forced", "finalize"]
 
 
 def test_the_latest_detach_is_taken_once():
@@ -262,18 +277,8 @@ def test_with_a_fence_each_detach_waits_as_long_as_its_queue_up_to_the_bound(tmp
     guessing: nothing lost from the first detach when the queue fits the bound; past the bound the
     same loss every detach (no adaptation), and the order stays disable, unforced flush, fence,
     forced flush, finalize."""
-    (tmp_path / "cupti").mkdir()
-    (tmp_path / "cupti" / "__init__.py").write_text("")
-    (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
-    code = textwrap.dedent("""
-        import json
-        from cupti import cupti
-        import collector.drain
-        from collector.aggregate import Aggregator
-        from collector.tracer import CuptiTracer
-
+    lost, waits, calls, total = _run_stand_in(tmp_path, """
         class VirtualFence:
-            waits = timeouts = 0
             def wait(self, bound_s):
                 cupti.calls.append("fence")
                 now = cupti.state["now"]
@@ -285,21 +290,10 @@ def test_with_a_fence_each_detach_waits_as_long_as_its_queue_up_to_the_bound(tmp
         t = CuptiTracer(agg)
         lost, waits = [], []
         for _ in range(3):
-            t.attach()
-            cupti.calls.clear()
-            now = cupti.state["now"]
-            cupti.state["queue"] = [now + 0.001 * (5 + 45 * i / 49) for i in range(50)]
-            z0 = agg.invalid_zero_ts
-            t.detach()
-            lost.append(agg.invalid_zero_ts - z0)
+            lost.append(queued_detach(t, agg))
             waits.append(t.drain.take_last()[0])
         print(json.dumps([lost, waits, cupti.calls, t.drain.summary()["lost"]]))
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
-    env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", CUDAWATCH_DETACH_DRAIN="fence", CUDAWATCH_DETACH_DRAIN_MS=bound_ms)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
-    assert p.returncode == 0, p.stderr
-    lost, waits, calls, total = json.loads(p.stdout)
+    """, CUDAWATCH_DETACH_DRAIN="fence", CUDAWATCH_DETACH_DRAIN_MS=bound_ms)
     assert lost == want_lost and total == sum(want_lost)
     assert waits == pytest.approx([min(0.05, int(bound_ms) / 1e3)] * 3)  # the queue's length, or the bound
     assert calls == ["disable"] * 4 + ["flush", "fence", "flush_forced", "finalize"]
@@ -345,39 +339,21 @@ def test_in_fence_mode_every_wait_is_the_bound_whatever_the_losses():
 def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wait_runs(tmp_path):
     """The stand-in CUPTI's detach with a fence that raises: the window gets the error, the tracer
     counts it once, and this detach sleeps the adaptive wait's start (10 ms), not the fence's bound."""
-    (tmp_path / "cupti").mkdir()
-    (tmp_path / "cupti" / "__init__.py").write_text("")
-    (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
-    code = textwrap.dedent("""
-        import json, time, types
-        from cupti import cupti
-        import collector.drain, collector.tracer as tracer_mod
-        from collector.aggregate import Aggregator
-        from collector.cuda_fence import FenceError
-        from collector.tracer import CuptiTracer
-
+    calls, detach_errors, errors, fence_error = _run_stand_in(tmp_path, """
         class Broken:
             def wait(self, bound_s):
                 cupti.calls.append("fence")
                 raise FenceError("cuEventRecord returned CUDA error 700", 700)
-        def sleep(s):
-            cupti.calls.append(f"wait {s:g}")
-            cupti.state["now"] += s
-        tracer_mod.time = types.SimpleNamespace(sleep=sleep, time=time.time, time_ns=time.time_ns, thread_time=time.thread_time)
         collector.drain.StreamFence = Broken
         agg = Aggregator(window_s=60)
         t = CuptiTracer(agg)
+        calls = []
         for _ in range(2):
-            t.attach()
-            t.detach()
+            queued_detach(t, agg)
+            calls += cupti.calls
         errors = [(w.errors, w.last_error) for w in agg._windows.values() if w.errors]
-        print(json.dumps([cupti.calls, t.detach_errors, errors, t.drain.summary()["fence_error"]]))
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
-    env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", CUDAWATCH_DETACH_DRAIN="fence")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
-    assert p.returncode == 0, p.stderr
-    calls, detach_errors, errors, fence_error = json.loads(p.stdout)
-    assert [c for c in calls if c == "fence" or c.startswith("wait")] == ["fence", "wait 0.01", "wait 0.0095"]
+        print(json.dumps([calls, t.detach_errors, errors, t.drain.summary()["fence_error"]]))
+    """, CUDAWATCH_DETACH_DRAIN="fence")
+    assert [c for c in calls if c == "fence" or c.startswith("wait")] == ["fence", "wait 0.01", "wait 0.02"]
     assert detach_errors == 1 and errors == [[1, "detach fence: cuEventRecord returned CUDA error 700"]]
     assert fence_error == "cuEventRecord returned CUDA error 700"
