@@ -129,17 +129,20 @@ class StreamFence:
 
     def _release(self, armed) -> None:
         """Destroy the events and release every retained context, even after a failure (the first is raised)."""
-        first = None
+        failures: list[BaseException] = []
+
+        def attempt(fn, *args) -> None:
+            try:
+                fn(*args)
+            except BaseException as exc:  # also Ctrl-C: every context is released before it propagates
+                failures.append(exc)
+
         for dev, ctx, ev in armed:
-            for step in ((lambda: self._destroy(ctx, ev)) if ev.value else None,
-                         lambda: self._call("cuDevicePrimaryCtxRelease_v2", ctypes.c_int(dev))):
-                try:
-                    if step is not None:
-                        step()
-                except BaseException as exc:  # also Ctrl-C: every context is released before it propagates
-                    first = first or exc
-        if first is not None:
-            raise first
+            if ev.value:
+                attempt(self._destroy, ctx, ev)
+            attempt(self._call, "cuDevicePrimaryCtxRelease_v2", ctypes.c_int(dev))
+        if failures:
+            raise failures[0]
 
     def _destroy(self, ctx, ev) -> None:
         with _current(self, ctx):

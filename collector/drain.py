@@ -78,9 +78,10 @@ class DetachDrain:
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
         self._last: tuple[float, int] = (0.0, 0)  # (wait, lost) of the latest detach not yet taken
         self._start_s = self.current_s
-        if fence is None and os.environ.get("CUDAWATCH_DETACH_DRAIN", "adaptive") not in ("adaptive", ""):
-            if os.environ["CUDAWATCH_DETACH_DRAIN"] != "fence":
-                raise ValueError(f"CUDAWATCH_DETACH_DRAIN must be 'adaptive' or 'fence', got {os.environ['CUDAWATCH_DETACH_DRAIN']!r}")
+        mode = os.environ.get("CUDAWATCH_DETACH_DRAIN") or "adaptive"
+        if mode not in ("adaptive", "fence"):
+            raise ValueError(f"CUDAWATCH_DETACH_DRAIN must be 'adaptive' or 'fence', got {mode!r}")
+        if fence is None and mode == "fence":
             fence = StreamFence()
         self.fence = fence if max_s > 0 else None
         if self.fence is not None:
