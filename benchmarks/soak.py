@@ -22,8 +22,6 @@ and the step rate inside on-phases with the rate outside them (the real slowdown
 from __future__ import annotations
 
 import argparse
-import array
-import bisect
 import json
 import os
 import threading
@@ -31,7 +29,7 @@ import time
 from pathlib import Path
 
 import gpu_workloads  # benchmarks/, the script's folder
-from step_log import StepLog
+from step_log import StepLog, growth_after_2min, read_steps
 
 
 def make_step(workload: str):
@@ -97,8 +95,9 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     def sampler():
         while not stop.wait(5.0):
             t = round(time.time() - t0, 1)
+            threads, anon, maps = gpu_workloads.proc_census()
             rss.append((t, round(gpu_workloads.rss_mib(), 1)))
-            proc.append((t, *gpu_workloads.proc_census()))
+            proc.append((t, threads, round(anon, 1), maps))
 
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
@@ -127,7 +126,7 @@ def _dump(out, workload, window_s, t0, steps, per_window, rss, proc, *, done) ->
     res = {"workload": workload, "window_s": window_s, "t0": t0, "steps": steps, "done": done,
            "step_log": "streamed",  # step times on disk (step_log.StepLog), not in this process's RSS
            "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss),
-           "proc": [(t, n, round(anon, 1), m) for t, n, anon, m in proc]}
+           "proc": list(proc)}
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(res))
     os.replace(tmp, out)
@@ -196,12 +195,12 @@ def analyze(shards: str, train_json: str, kps_json: str, job: str | None) -> dic
                      "data_quality": h.get("data_quality"), "overhead_pct": h.get("overhead_pct")})
     rss = tr["rss"]
     after = [v for t, v in rss if t >= 120]
+    growth, max_growth = growth_after_2min(rss) or (None, None)
     full_rows = [r for r in rows if r["full_window"] and r["ratio"] is not None]
     res = {"workload": tr["workload"], "steps": tr["steps"], "kernels_per_step": kps,
            "rss_first_mib": rss[0][1] if rss else None, "rss_at_120s_mib": after[0] if after else None,
            "rss_end_mib": rss[-1][1] if rss else None,
-           "rss_growth_after_2min_mib": (after[-1] - after[0]) if after else None,
-           "rss_max_after_2min_mib": (max(after) - after[0]) if after else None,
+           "rss_growth_after_2min_mib": growth, "rss_max_after_2min_mib": max_growth,
            "full_windows": len(full_rows),
            "worst_ratio_error_pct": max((abs(r["ratio"] - 1) * 100 for r in full_rows), default=None),
            "windows": rows}
@@ -213,9 +212,7 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
     inside it x kernels per step (are records lost?), and the program's step rate inside on-phases
     against the rate outside them (what tracing really slowed the program, next to the collector's
     own estimate ``f_on``)."""
-    times = array.array("d")
-    with open(steps_file(train_json), "rb") as f:
-        times.frombytes(f.read())
+    times = read_steps(steps_file(train_json))
     kps = json.loads(Path(kps_json).read_text())["kernels_per_step"]
     log = json.loads(Path(duty_log).read_text())
     fields = log["fields"]
@@ -227,14 +224,14 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
         a, b = r["off_at"] - r["on_s"], r["off_at"]
         if a < lo or b > hi or r["on_s"] <= 0:
             continue
-        n = bisect.bisect_left(times, b) - bisect.bisect_left(times, a)
+        n = int(times.searchsorted(b) - times.searchsorted(a))
         on_steps += n
         on_time += b - a
         traced += r["records"]
         expected += n * kps
         f_on.append(r["f_on"])
         per_phase.append(r["records"] / (n * kps) if n else None)
-    total = bisect.bisect_left(times, hi) - bisect.bisect_left(times, lo)
+    total = int(times.searchsorted(hi) - times.searchsorted(lo))
     off_steps, off_time = total - on_steps, (hi - lo) - on_time
     rate_on = on_steps / on_time if on_time else None
     rate_off = off_steps / off_time if off_time else None

@@ -60,6 +60,18 @@ class StepLog:
         self.close()  # a loop that raises still leaves the steps it finished on disk
 
 
+def read_steps(path) -> np.ndarray:
+    """The step times a ``StepLog`` (or the old ``array.tofile``) wrote, in order."""
+    return np.fromfile(path, dtype=np.float64)
+
+
+def growth_after_2min(rss) -> tuple[float, float] | None:
+    """(growth to the end, largest growth) of an RSS series ``[(t s, MiB), ...]`` from its first
+    sample at or after 120 s: the soak's memory measure (``soak.py analyze``); None before that."""
+    after = [v for t, v in rss if t >= 120]
+    return (after[-1] - after[0], max(after) - after[0]) if after else None
+
+
 def array_bytes(n: int) -> int:
     """Bytes of items an ``array('d')`` holds after ``n`` appends (CPython's ``array_resize``:
     ``new = (newsize >> 4) + (3 if size < 8 else 7) + newsize`` whenever it is full)."""
@@ -96,18 +108,17 @@ def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) 
         log = np.zeros_like(r)
     else:
         log = np.array([array_bytes(int(n)) for n in steps_at(train, t)]) / 2**20
-    i2 = int(np.argmin(abs(t - 120.0)))
     m = (t >= lo_s) & (t <= hi_s)
     res = {"steps": train["steps"], "step_log_mib_at_end": float(log[-1])}
     for name, y in (("recorded", r), ("without_step_log", r - log)):
-        res[name] = {"growth_after_2min_mib": float(y[-1] - y[i2]),
+        res[name] = {"growth_after_2min_mib": float(growth_after_2min(zip(t, y))[0]),
                      "slope_mib_per_min": float(np.polyfit(t[m] / 60, y[m], 1)[0]) if m.sum() >= 3 else None}
-    steps = [(float(a), float(b), float(c), float(d)) for a, b, c, d in zip(t[:-1], t[1:], r[:-1], r[1:]) if a >= t[i2]]
     # the largest step between two samples after the first 2 minutes, and whether the old log was
     # resized in it (a resize may copy the array, and the old copy stays resident until a trim)
-    a, b, ra, rb = max(steps, key=lambda s: s[3] - s[2])
-    la, lb = np.interp([a, b], t, log)
-    res["largest_rss_step"] = {"from_s": a, "to_s": b, "mib": rb - ra, "step_log_resized": bool(lb > la)}
+    k = int(np.searchsorted(t, 120.0))
+    k += int(np.argmax(np.diff(r[k:])))
+    res["largest_rss_step"] = {"from_s": float(t[k]), "to_s": float(t[k + 1]), "mib": float(r[k + 1] - r[k]),
+                               "step_log_resized": bool(log[k + 1] > log[k])}
     return res
 
 
