@@ -5,8 +5,8 @@ The 15-minute soaks grow ~0.65-1.05 MiB a minute after their first minutes (docs
 *Python* memory per window, but tracemalloc does not see pyarrow's native allocations (its memory
 pool, Parquet writers and readers). This script runs the product's own path in process, on one
 thread, with real H200 records (``tests/data/cupti/records.jsonl.gz``) shifted to one window after
-another through one long-lived aggregator. Once a 30-s control period it closes and rotates as the
-session's ``_close_windows`` does: a window is closed 61 s after it ends, an hour's shards are
+another through one long-lived aggregator. Once a 30-s control period it runs the session's own close-and-rotate step
+(``Spool.close_and_rotate``): a window is closed 61 s after it ends, an hour's shards are
 written once its last window is closed. After each hour's shards it samples the process RSS
 (``/proc/self/statm``) and pyarrow's allocated bytes. Not exercised: records arriving on CUPTI's
 thread while windows are written on the collector's (per-thread allocator arenas), the per-period
@@ -44,7 +44,6 @@ from collector.spool import Spool  # noqa: E402
 RECORDS = Path(__file__).resolve().parents[1] / "tests" / "data" / "cupti" / "records.jsonl.gz"
 EPOCH_S = 1_699_999_200  # first window start, on a whole hour (2023-11-14 22:00 UTC)
 PERIOD_S = 30  # the control period at the default 2 % budget
-GRACE_S = 2 * PERIOD_S + 1  # a window is closed this long after it ends (collector.session._close_windows)
 
 
 def slope_per_1000(points: list[tuple[int, float]]) -> float | None:
@@ -73,9 +72,9 @@ def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict
         agg.add_kernels([(s + shift, e + shift, sig) for s, e, sig in kernels])
         agg.add_copies([(c[0] + shift, c[1] + shift, *c[2:]) for c in copies])
         for k in range(1, window_s // PERIOD_S + 1):  # the session's close-and-rotate step, once a period
-            now = EPOCH_S + i * window_s + k * PERIOD_S + 1
-            spool.add_windows(agg.take_closed(now, grace_s=GRACE_S))
-            if spool.rotate(now - GRACE_S):  # an hour's shards, once its last window is closed
+            shards = spool.shards_total
+            spool.close_and_rotate(agg, EPOCH_S + i * window_s + k * PERIOD_S + 1, PERIOD_S)
+            if spool.shards_total > shards:  # an hour's shards, once its last window is closed
                 gc.collect()
                 points.append((i + 1, rss_mib()))
                 shards_at.append(spool.shards_total)
@@ -103,7 +102,7 @@ def main() -> None:
           if pts else "fewer windows than an hour: no rotation sampled")
     slope = res["rss_slope_mib_per_1000_windows"]
     print(f"slope after the first quarter: {slope:+.2f} MiB per 1,000 windows" if slope is not None
-          else "slope: needs at least 4 hours of windows")
+          else "slope: needs at least 3 hourly rotations after the first quarter of them")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
 

@@ -282,15 +282,13 @@ class Session:
         return est
 
     def _close_windows(self, now: float) -> None:
-        # records arrive up to one control period late (they are flushed at the end of an on-phase)
-        grace = 2 * (self.controller.period_s() if self.adaptive else self.period_s) + 1
-        closed = self.agg.take_closed(now, grace_s=grace)
+        def rows_need_devices(_):
+            self.meta.devices = self.meta.devices or self._device_map(now)
+
+        period = self.controller.period_s() if self.adaptive else self.period_s
+        closed = self.spool.close_and_rotate(self.agg, now, period, before_spooling=rows_need_devices)
         if closed:
-            if not self.meta.devices:
-                self.meta.devices = self._device_map(now)
-            self.spool.add_windows(closed)
             self._write_status(now, closed[-1])
-        self.spool.rotate(now - grace)  # an hour is combined once its last window is closed: one shard per table
 
     def _write_status(self, now: float, window=None) -> None:
         """A small JSON the node agent exports as Prometheus metrics (``ROOT/.status/``)."""

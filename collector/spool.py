@@ -73,6 +73,22 @@ class Spool:
                 n += 1
         return n
 
+    def close_and_rotate(self, agg, now_s: float, period_s: float, *, before_spooling=None) -> list[Window]:
+        """A collector session's step, once a control period: spool the windows of ``agg`` that ended
+        a grace ago, then combine every hour whose last window is spooled (one shard per table per
+        hour). Records arrive up to one control period late (flushed at the end of an on-phase), so
+        the grace is two periods + 1 s, and an hour is combined only a grace after it ends (combined
+        at its end, its last window would become a second shard). ``before_spooling(windows)`` runs
+        first when there are windows to spool. Returns them."""
+        grace = 2 * period_s + 1
+        closed = agg.take_closed(now_s, grace_s=grace)
+        if closed:
+            if before_spooling is not None:
+                before_spooling(closed)
+            self.add_windows(closed)
+        self.rotate(now_s - grace)
+        return closed
+
     def rotate(self, now_s: float | None = None, *, final: bool = False) -> list[Path]:
         """Write shards for every spooled hour that is over (all hours when ``final``)."""
         current = None if final else _hour_of(int(now_s))
