@@ -16,6 +16,7 @@ per series, its alerts as (onset hour, run hour) pairs. Used by benchmarks/detec
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import numpy as np
@@ -92,7 +93,7 @@ def oracle_stats(corpus, start, cfg=sq.SequentialConfig(), *, clairvoyant: bool)
     x = np.log(corpus.values) - (corpus.outlier_log if clairvoyant else 0.0)
     model = true_model(corpus, x.shape[1], outliers=not clairvoyant, known_mean=True)
     M = cfg.max_window
-    return _replay(x, start, _with_nu(cfg, corpus.df), lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
+    return _replay(x, start, dataclasses.replace(cfg, nu=corpus.df), lambda t: model, lambda t: corpus.mean_log[:, t - M : t + 1])
 
 
 def model_oracle_stats(corpus, start, cfg=sq.SequentialConfig()):
@@ -104,11 +105,7 @@ def model_oracle_stats(corpus, start, cfg=sq.SequentialConfig()):
     cycle and walk of every hour: more than a noise model holds."""
     x = np.log(corpus.values)
     model = true_model(corpus, x.shape[1], outliers=True, known_mean=False)
-    return _replay(x, start, _with_nu(cfg, corpus.df), lambda t: model)
-
-
-def _with_nu(cfg: sq.SequentialConfig, nu: float) -> sq.SequentialConfig:
-    return sq.SequentialConfig(**{**cfg.__dict__, "nu": nu})
+    return _replay(x, start, dataclasses.replace(cfg, nu=corpus.df), lambda t: model)
 
 
 def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
@@ -118,11 +115,14 @@ def alerts_from_stats(runs, S, V, Z, thresholds, cfg=sq.SequentialConfig()):
     return cal.first_alerts(alarm, runs[None, :] - arg, HOLD, runs)
 
 
-def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig(), weights=fleet_calibration.WINDOW_WEIGHTS):
-    """Thresholds for ``target`` on replayed clean statistics (every series of the corpus counts its
-    runs); ``weights``: tail-probability share per window length (the product's by default)."""
-    return fleet_calibration.calibrate_stats(runs, S, V, Z, target, cfg, series_days=S.shape[0] * runs.size / 24,
-                                             weights=weights)
+def calibrate(runs, S, V, Z, target, cfg=sq.SequentialConfig(), weights=fleet_calibration.WINDOW_WEIGHTS,
+              series_days: float | None = None):
+    """Thresholds for ``target`` on replayed clean statistics; ``series_days``: what the false-alarm
+    rate is counted over (default: every series of ``S`` over its runs; a joint statistic over a
+    group's members passes its members' days); ``weights``: tail-probability share per window length
+    (the product's by default)."""
+    days = S.shape[0] * runs.size / 24 if series_days is None else series_days
+    return fleet_calibration.calibrate_stats(runs, S, V, Z, target, cfg, series_days=days, weights=weights)
 
 
 # --------------------------------------------------------------------------- the previous hourly path

@@ -112,8 +112,8 @@ def run_rho(rho: float, args) -> dict:
     runs, S, V, Z = stats["calib"]
     th_all, th_half = (np.asarray(rows.calibrate(runs, S, V, Z, t, CFG)[0]) for t in (args.target, args.target / 2))
     # the joint statistics count the member series' days, as the per-series ones do
-    th_joint = np.asarray(fc.calibrate_stats(runs, *joint(S, V, Z, g), args.target / 2, CFG,
-                                             series_days=S.shape[0] * runs.size / 24)[0])
+    th_joint = np.asarray(rows.calibrate(runs, *joint(S, V, Z, g), args.target / 2, CFG,
+                                         series_days=S.shape[0] * runs.size / 24)[0])
     out["thresholds"] = {"individual": th_all.tolist(), "individual_half": th_half.tolist(), "joint_half": th_joint.tolist()}
     runs, S, V, Z = stats["check"]
     days = S.shape[0] * runs.size / 24
