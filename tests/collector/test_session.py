@@ -236,3 +236,24 @@ def test_each_hour_becomes_one_shard_per_table(tmp_path, monkeypatch, records):
     assert sorted(hours) == ["hour=18", "hour=19"]
     assert [len(v) for _, v in sorted(hours.items())] == [1, 1]
     assert sum(sum(t.column("launches").to_pylist()) for v in hours.values() for t in v) == 120 * len(kernels)
+
+
+def test_duty_log_rows_carry_the_pause_drain_under_their_names(tmp_path, monkeypatch):
+    """Each on-phase row gets the drain's (wait, records without timestamps) of its own pause, in the
+    columns DUTY_LOG_FIELDS names (a replay never waits, so the drain reports a known pair here)."""
+    from collector.session import DUTY_LOG_FIELDS, Session
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    monkeypatch.setenv("CUDAWATCH_REPLAY_SPEED", "8")
+    monkeypatch.setenv("CUDAWATCH_PERIOD_S", "0.5")
+    monkeypatch.setenv("CUDAWATCH_MAX_OVERHEAD_PCT", "100")
+    pairs = iter([(0.031, 7), (0.062, 0)] + [(0.0, 0)] * 1000)
+    monkeypatch.setattr("collector.drain.DetachDrain.take_last", lambda self: next(pairs))
+    s = Session(job="drain-cols", out=tmp_path).start()
+    assert s.active, s.reason
+    time.sleep(2.5)
+    s.stop()
+    rows = [dict(zip(DUTY_LOG_FIELDS, r)) for r in s.duty_log]
+    got = [(r["drain_wait_s"], r["zero_ts"]) for r in rows]
+    assert got[:2] == [(0.031, 7), (0.062, 0)]
+    assert all(isinstance(r["records"], int) and r["period_s"] > 0 for r in rows)
