@@ -22,9 +22,17 @@ CUDA graph capture: while another thread captures in the default global mode, an
 this thread would invalidate the capture, and while a blocking stream captures, the legacy stream
 cannot be used at all. So every fence runs with this thread's capture mode exchanged to relaxed
 (``cuThreadExchangeStreamCaptureMode``, restored after), and asks ``cuStreamIsCapturing`` about the
-legacy stream before recording: a capture in progress (or a capture error 900-908 anywhere) skips
-the fence for this detach (``skipped``), it does not drop it. A capture that starts between that
-check and the record can still be hit; the window is a few microseconds a detach.
+legacy stream before recording: a blocking stream capturing (error 906) skips the fence for this
+detach (``skipped``; the drain then sleeps its start wait), it does not drop it. A capture that
+starts between that check and the record is hit by the record (a capture error from any later call):
+the program's capture may then have failed, so the fence raises ``FenceError`` and the drain drops
+it for good, counted in the window's health. The window is a few microseconds a detach.
+
+Hazards it does not remove (why the mode stays opt-in): the event on the legacy stream is a barrier
+across the context's blocking streams, so a kernel that spins on one blocking stream until work
+queued later on another blocking stream has run would wait behind the barrier for ever (a program
+hang, not only a bounded wait); and a program that destroys its context (``cudaDeviceReset``) while
+a fence polls makes the poll use a freed event. The last detach, at the program's end, never fences.
 
 Driver API through ctypes (``libcuda.so.1``), like the rest of the collector's GPU code only in
 ``collector/``; ``lib`` takes a stand-in for CPU tests. The fence is armed after the traced kinds
@@ -47,6 +55,11 @@ CU_EVENT_DISABLE_TIMING = 0x2
 CU_STREAM_CAPTURE_MODE_RELAXED = 2
 CU_STREAM_CAPTURE_STATUS_NONE = 0
 POLL_S = 0.0005
+#: Every driver entry point the fence calls, looked up before the first call: a driver that lacks one
+#: (``cuDevicePrimaryCtxRelease_v2`` came with CUDA 11.0) fails before any context is retained.
+SYMBOLS = ("cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain",
+           "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamIsCapturing",
+           "cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy_v2", "cuThreadExchangeStreamCaptureMode")
 
 
 class FenceError(RuntimeError):
@@ -58,18 +71,20 @@ class FenceError(RuntimeError):
 
 
 class FenceSkipped(Exception):
-    """A graph capture is in progress: no fence for this detach (the fence stays)."""
+    """A blocking stream captures a graph: no fence for this detach (the fence stays)."""
 
 
 class StreamFence:
     """``wait(bound_s)`` returns the seconds waited: until the work queued before the call is done on
-    every active primary context's legacy stream, or ``bound_s``, whichever comes first."""
+    every active primary context's legacy stream, or ``bound_s``, whichever comes first; None when a
+    graph capture skipped it."""
 
     def __init__(self, lib=None) -> None:
         self._lib = lib
+        self._checked = False
         self.waits = 0
         self.timeouts = 0  # waits the bound ended (work still queued, or on a kernel that never ends)
-        self.skipped = 0  # detaches without a fence: a graph capture was in progress
+        self.skipped = 0  # detaches without a fence: a blocking stream was capturing a graph
 
     def _cu(self):
         if self._lib is None:
@@ -77,6 +92,16 @@ class StreamFence:
                 self._lib = ctypes.CDLL("libcuda.so.1")
             except OSError as exc:
                 raise FenceError(f"libcuda.so.1 not loadable: {exc}") from exc
+        if not self._checked:
+            missing = []
+            for name in SYMBOLS:
+                try:
+                    getattr(self._lib, name)
+                except (AttributeError, OSError):
+                    missing.append(name)
+            if missing:
+                raise FenceError(f"the driver lacks {', '.join(missing)}")
+            self._checked = True
         return self._lib
 
     def _call(self, name: str, *args) -> int:
@@ -85,7 +110,9 @@ class StreamFence:
         except (AttributeError, OSError, ctypes.ArgumentError) as exc:  # a driver without the symbol
             raise FenceError(f"{name}: {exc}") from exc
         if rc in CAPTURE_ERRORS:
-            raise FenceSkipped(f"{name} returned CUDA error {rc} (graph capture)")
+            if name == "cuStreamIsCapturing":  # asked before any use of the legacy stream: nothing hit
+                raise FenceSkipped(f"{name} returned CUDA error {rc} (graph capture)")
+            raise FenceError(f"{name} returned CUDA error {rc}: it hit a CUDA graph capture, which may have failed", rc)
         if rc != CUDA_SUCCESS and not (rc == CUDA_ERROR_NOT_READY and name == "cuEventQuery"):
             raise FenceError(f"{name} returned CUDA error {rc}", rc)
         return rc
@@ -148,15 +175,17 @@ class StreamFence:
         with _current(self, ctx):
             self._call("cuEventDestroy_v2", ev)
 
-    def wait(self, bound_s: float) -> float:
-        """Seconds waited (0 when skipped for a graph capture); raises FenceError when the driver fails."""
+    def wait(self, bound_s: float) -> float | None:
+        """Seconds waited; None when skipped for a graph capture; raises FenceError when the driver
+        fails (or a call hit a capture)."""
         t0 = time.perf_counter()
         devices = self._devices()
         if not devices:
             return 0.0
-        mode = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED)
-        self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # this thread: relaxed; mode: its old one
+        mode, swapped = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED), False
         try:
+            self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # relaxed; mode: the old one
+            swapped = True
             armed = self._arm(devices)
             try:
                 pending = list(armed)
@@ -171,9 +200,10 @@ class StreamFence:
                 self._release(armed)
         except FenceSkipped:
             self.skipped += 1
-            return 0.0
+            return None
         finally:
-            self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # back to the thread's old mode
+            if swapped:
+                self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # back to the thread's old mode
         return time.perf_counter() - t0
 
     def _query(self, armed) -> int:

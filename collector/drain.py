@@ -31,6 +31,7 @@ Pure arithmetic here, no CUPTI: tested on CPU.
 from __future__ import annotations
 
 import os
+import time
 
 from collector.cuda_fence import FenceError, StreamFence
 
@@ -77,6 +78,7 @@ class DetachDrain:
         self.waited_s = 0.0  # total time waited
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
         self._last: tuple[float, int] = (0.0, 0)  # (wait, lost) of the latest detach not yet taken
+        self._last_waited_s = 0.0  # the latest detach's wait (in fence mode ``current_s`` is the bound)
         self._start_s = self.current_s
         mode = os.environ.get("CUDAWATCH_DETACH_DRAIN") or "adaptive"
         if mode not in ("adaptive", "fence"):
@@ -94,24 +96,32 @@ class DetachDrain:
         """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
         lengthens the cycle and so the control period)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
-                "last_wait_s": self.current_s, "lost_per_detach": self.lost / max(self.detaches, 1),
+                "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s, "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped")},
                 "fence_error": self.fence_error}
 
-    def wait_fenced(self, bound_s: float) -> float | None:
-        """Wait on the fence up to ``bound_s``; the seconds waited, or None when there is no fence
-        (then the caller sleeps ``bound_s``). A failed fence is dropped for good, counted once."""
-        if self.fence is None:
-            return None
-        try:
-            return self.fence.wait(bound_s)
-        except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
-            self.fence = None
-            self.fence_error = str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}"
-            self.current_s = self._start_s  # the adaptive wait from its start
-            self._errors.append(f"detach fence: {exc}")
-            return None
+    def wait(self, *, final: bool = False) -> float:
+        """Wait before a detach's forced flush; the seconds waited. With a fence: until the queued work
+        is done, up to the bound. Without one, or for the program's last detach (its context may be
+        going away under the poll), or when a graph capture skips the fence: sleep the adaptive wait
+        (its start in fence mode). A failed fence is dropped for good, counted once in health."""
+        if self.current_s <= 0:
+            return 0.0
+        if self.fence is not None and not final:
+            try:
+                waited = self.fence.wait(self.current_s)
+            except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
+                self.fence = None
+                self.fence_error = str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}"
+                self.current_s = self._start_s  # the adaptive wait from its start
+                self._errors.append(f"detach fence: {exc}")
+            else:
+                if waited is not None:
+                    return waited
+        sleep_s = self._start_s if self.fence is not None else self.current_s
+        time.sleep(sleep_s)
+        return sleep_s
 
     def take_errors(self) -> list[str]:
         """Failures since the last call, for the window's health (like ``DetachFinalizer.take_unraised``)."""
@@ -133,6 +143,7 @@ class DetachDrain:
         """Record one detach: ``lost`` records came back without timestamps after waiting ``waited_s``."""
         self.detaches += 1
         self.waited_s += waited_s
+        self._last_waited_s = waited_s
         self._last = (waited_s, max(lost, 0))
         if self.fence is not None:  # the fence sets each wait itself; only count
             self.lost += max(lost, 0)

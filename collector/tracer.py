@@ -208,14 +208,7 @@ class CuptiTracer:
         try:
             self.disable()
             cupti.activity_flush_all(0)
-            wait = self.drain.wait_s()
-            if wait > 0:
-                waited = self.drain.wait_fenced(wait)  # until the queued work is done, when a fence is on
-                if waited is None:  # no fence, or it just failed: the adaptive wait (from its start then)
-                    wait = self.drain.wait_s()
-                    time.sleep(wait)
-                else:
-                    wait = waited
+            wait = self.drain.wait(final=final)  # the adaptive wait, or until the queued work is done (fence)
             cupti.activity_flush_all(1)
         finally:
             with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe

@@ -150,11 +150,36 @@ def test_a_global_mode_capture_on_another_thread_is_left_intact():
 def test_a_capture_on_the_legacy_or_a_blocking_stream_skips_this_fence_only(capture):
     drv = StandInDriver(capture=capture)
     fence = StreamFence(lib=drv)
-    assert fence.wait(1.0) == 0.0 and fence.skipped == 1 and fence.waits == 0
+    assert fence.wait(1.0) is None and fence.skipped == 1 and fence.waits == 0  # None: the drain sleeps instead
     assert not drv.invalidated and "cuEventRecord" not in drv.calls  # asked first, never recorded
     _balanced(drv)
     drv.capture = None
     assert fence.wait(1.0) > 0 and fence.waits == 1  # the next detach fences again
+
+
+def test_a_capture_that_starts_after_the_check_is_a_fence_error_not_a_skip():
+    """cuStreamIsCapturing found no capture, then a blocking stream began one before the record: the
+    record hit it (the program's capture may have failed), so the fence must be dropped, not skipped."""
+    drv = StandInDriver()
+    record = drv.cuEventRecord
+
+    def capture_begins(ev, stream):
+        drv.capture = "blocking"
+        return record(ev, stream)
+
+    drv.cuEventRecord = capture_begins
+    fence = StreamFence(lib=drv)
+    with pytest.raises(FenceError, match="cuEventRecord returned CUDA error 906: it hit a CUDA graph capture"):
+        fence.wait(1.0)
+    assert fence.skipped == 0
+    _balanced(drv)
+
+
+def test_a_failed_capture_mode_exchange_changes_nothing_and_is_not_undone():
+    drv = StandInDriver(fail="cuThreadExchangeStreamCaptureMode")
+    with pytest.raises(FenceError, match="cuThreadExchangeStreamCaptureMode returned CUDA error 999"):
+        StreamFence(lib=drv).wait(1.0)
+    assert drv.calls.count("cuThreadExchangeStreamCaptureMode") == 1 and "cuDevicePrimaryCtxRetain" not in drv.calls
 
 
 @pytest.mark.parametrize("fail", ["cuEventRecord", "cuEventCreate", "cuEventQuery", "cuDevicePrimaryCtxRetain"])
@@ -179,11 +204,13 @@ def test_an_interrupt_while_releasing_still_releases_every_context():
     assert drv.events == {} and all(v == 0 for v in drv.retained.values())
 
 
-def test_a_driver_without_a_symbol_is_a_fence_error():
-    class Old(StandInDriver):
-        cuThreadExchangeStreamCaptureMode = property(lambda self: (_ for _ in ()).throw(AttributeError("undefined symbol")))
-    with pytest.raises(FenceError, match="cuThreadExchangeStreamCaptureMode: undefined symbol"):
-        StreamFence(lib=Old()).wait(1.0)
+def test_a_driver_without_a_symbol_fails_before_any_context_is_retained():
+    class Old(StandInDriver):  # a CUDA 10 driver: no cuDevicePrimaryCtxRelease_v2
+        cuDevicePrimaryCtxRelease_v2 = property(lambda self: (_ for _ in ()).throw(AttributeError("undefined symbol")))
+    drv = Old()
+    with pytest.raises(FenceError, match="the driver lacks cuDevicePrimaryCtxRelease_v2"):
+        StreamFence(lib=drv).wait(1.0)
+    assert drv.calls == [] and drv.retained == {}
 
 
 def test_without_libcuda_the_fence_says_why():

@@ -197,7 +197,7 @@ def activity_flush_all(flag):
 '''
 
 
-#: What every stand-in run starts with: the tracer's sleep advances the stand-in's virtual clock, and
+#: What every stand-in run starts with: the drain's sleep advances the stand-in's virtual clock, and
 #: ``queued_detach`` detaches with 50 kernels queued to finish 5-50 ms (virtual) after it starts.
 PRELUDE = """
 import json, time, types
@@ -210,7 +210,7 @@ from collector.tracer import CuptiTracer
 def sleep(s):
     cupti.calls.append(f"wait {s:g}")
     cupti.state["now"] += s
-tracer_mod.time = types.SimpleNamespace(sleep=sleep, time=time.time, time_ns=time.time_ns, thread_time=time.thread_time)
+collector.drain.time = types.SimpleNamespace(sleep=sleep, perf_counter=time.perf_counter)
 
 def queued_detach(t, agg):
     t.attach()
@@ -318,17 +318,42 @@ def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_takes_over():
 
     d = DetachDrain(0.1, fence=Broken())
     assert d.wait_s() == 0.1
-    assert d.wait_fenced(0.1) is None  # the caller sleeps instead
+    assert d.wait() == 0.01  # slept the adaptive wait's start instead
     assert d.fence is None and "CUDA error 700" in d.fence_error and d.wait_s() == 0.01
     assert d.take_errors() == ["detach fence: cuEventRecord returned CUDA error 700"] and d.take_errors() == []
-    assert d.wait_fenced(0.01) is None and d.take_errors() == []  # counted once
+    assert d.wait() == 0.01 and d.take_errors() == []  # counted once
+
+
+class Fence:
+    """A fence that returns after half the bound, or is skipped (a graph capture); counts its calls."""
+
+    def __init__(self, skip=False):
+        self.skip, self.calls = skip, 0
+
+    def wait(self, bound_s):
+        self.calls += 1
+        return None if self.skip else bound_s / 2
+
+
+def test_a_fence_skipped_for_a_graph_capture_sleeps_the_start_wait_and_stays():
+    fence = Fence(skip=True)
+    d = DetachDrain(0.1, fence=fence)
+    assert d.wait() == 0.01 and fence.calls == 1  # not no wait at all, not the 100-ms bound
+    assert d.fence is fence and d.take_errors() == [] and d.wait_s() == 0.1
+    fence.skip = False
+    assert d.wait() == 0.05 and fence.calls == 2
+
+
+def test_the_programs_last_detach_never_fences():
+    fence = Fence()
+    d = DetachDrain(0.1, fence=fence)
+    assert d.wait(final=True) == 0.01 and fence.calls == 0  # its context may be going away under the poll
+    assert d.wait() == 0.05 and fence.calls == 1
+    d.note(0, 0.05)
+    assert d.summary()["next_wait_s"] == 0.1 and d.summary()["last_waited_s"] == 0.05
 
 
 def test_in_fence_mode_every_wait_is_the_bound_whatever_the_losses():
-    class Fence:
-        def wait(self, bound_s):
-            return bound_s / 2
-
     d = DetachDrain(0.1, fence=Fence())
     for lost in (50, 50, 0, 0, 0, 7):
         d.note(lost, 0.05)
