@@ -40,20 +40,29 @@ def test_census_growth_keeps_only_growth_in_order():
 
 
 def test_proc_census_sees_a_new_thread_and_anonymous_memory():
+    """Threads other tests left behind (servers, pools) may end at any moment, so the thread count is
+    compared on up to five tries: one of them must see exactly the one thread started in it."""
     import threading
 
     threads0, anon0, maps0 = gpu_workloads.proc_census()
     assert threads0 >= 1 and anon0 > 0 and maps0 > 0
     release = threading.Event()
-    t = threading.Thread(target=release.wait)
-    t.start()
+    started, diffs = [], []
     block = bytearray(64 << 20)  # 64 MiB, written: resident anonymous memory
     try:
+        for _ in range(5):
+            before = gpu_workloads.proc_census()[0]
+            started.append(threading.Thread(target=release.wait))
+            started[-1].start()
+            diffs.append(gpu_workloads.proc_census()[0] - before)
+            if diffs[-1] == 1:
+                break
+        assert 1 in diffs, diffs
         threads1, anon1, maps1 = gpu_workloads.proc_census()
-        assert threads1 == threads0 + 1
         assert anon1 - anon0 > 48
         assert maps1 >= maps0  # a thread stack and a large block are new mappings
     finally:
         release.set()
-        t.join()
+        for t in started:
+            t.join()
     assert len(block) == 64 << 20
