@@ -69,13 +69,9 @@ def _robust_slope(points: list[tuple[float, float]]) -> float:
 
 def _slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (t seconds, MiB) in MiB per minute."""
-    if len(points) < 3:
+    if len(points) < 3 or len({t for t, _ in points}) < 2:
         return float("nan")
-    mt = statistics.fmean(t for t, _ in points)
-    mv = statistics.fmean(v for _, v in points)
-    num = sum((t - mt) * (v - mv) for t, v in points)
-    den = sum((t - mt) ** 2 for t, _ in points)
-    return 60.0 * num / den if den else float("nan")
+    return 60.0 * statistics.linear_regression([t for t, _ in points], [v for _, v in points]).slope
 
 
 def day_volume(root: Path, tmp: Path) -> dict:
