@@ -12,8 +12,9 @@ driver, this is the driver itself:
                   (shows the fence is no device-wide synchronize; the gap the docs state)
   blocking        the queue on a raw blocking stream (cuStreamCreate, flags 0): covered
   capture_*       CUDA graphs captured (global mode) on a pool stream and on a blocking stream while
-                  another thread runs fences in a loop: no capture may fail and no fence may fail;
-                  fences run during pool-stream captures, and are skipped during blocking-stream ones
+                  another thread fences every ~1 ms: no fence may fail, and a capture may fail only
+                  where a record hit it after the check (``gap_hits``, the admitted gap); fences run
+                  during pool-stream captures, and are skipped during blocking-stream ones
   control         the pool-stream captures again with a fence that does not exchange its thread's
                   capture mode: captures must fail, or the capture checks above prove nothing
 """
@@ -63,29 +64,44 @@ class _NoExchange(StreamFence):
 
 
 def _captures(fence: StreamFence, stream, n: int = 20) -> dict:
+    """``n`` graph captures while another thread fences every ~1 ms (as a collector under a pause
+    storm, far more often than its detaches); counts the fences that ran or were skipped while a
+    capture was in progress, and the records that hit a capture after the check (the gap the docs
+    admit: such a hit drops the fence in the collector)."""
     import torch
 
-    stop, errors, failed = threading.Event(), [], []
-    counts = {"waits": 0, "skipped": 0}
+    stop, capturing, errors, failed = threading.Event(), threading.Event(), [], []
+    counts = {"waits": 0, "skipped": 0, "gap_hits": 0}
 
     def loop():
         while not stop.is_set():
+            during = capturing.is_set()
             try:
                 waited = fence.wait(0.01)
-            except Exception as exc:  # FenceError, or a fence that hit a capture
-                errors.append(f"{type(exc).__name__}: {exc}")
-                time.sleep(0.001)
-                continue
-            counts["skipped" if waited is None else "waits"] += 1
+            except Exception as exc:  # FenceError: a driver failure, or a call that hit a capture
+                if "hit a CUDA graph capture" in str(exc):
+                    counts["gap_hits"] += 1
+                else:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+            else:
+                if during and capturing.is_set():
+                    counts["skipped" if waited is None else "waits"] += 1
+            time.sleep(0.001)
 
     th = threading.Thread(target=loop)
     th.start()
     for _ in range(n):
         g, y = torch.cuda.CUDAGraph(), torch.ones(1024, device="cuda")
         try:
-            with torch.cuda.graph(g, stream=stream):
-                for _ in range(400):
-                    y = y * 1.0001 + 1
+            # the outer stream context restores the current stream even if the capture fails
+            with torch.cuda.stream(torch.cuda.current_stream()):
+                capturing.set()
+                try:
+                    with torch.cuda.graph(g, stream=stream):
+                        for _ in range(400):
+                            y = y * 1.0001 + 1
+                finally:
+                    capturing.clear()
         except Exception as exc:  # a capture the fence invalidated: what this check looks for
             failed.append(str(exc).splitlines()[0][:200])
     stop.set()
@@ -95,7 +111,8 @@ def _captures(fence: StreamFence, stream, n: int = 20) -> dict:
     except Exception as exc:  # a failed capture can leave an error behind
         failed.append(f"synchronize after: {str(exc).splitlines()[0][:200]}")
     return {"captures": n, "failed": len(failed), "first_failure": failed[:1], "fence_errors": len(errors),
-            "first_fence_error": errors[:1], "fences_run": counts["waits"], "fences_skipped": counts["skipped"]}
+            "first_fence_error": errors[:1], "fences_during_captures": counts["waits"],
+            "skipped_during_captures": counts["skipped"], "gap_hits": counts["gap_hits"]}
 
 
 def verdicts(res: dict) -> dict:
@@ -114,9 +131,10 @@ def verdicts(res: dict) -> dict:
         "bound": "error" not in bnd and bnd["timeout"] == 1 and bnd["waited_s"] < 0.1 and bnd["sync_after_s"] > 0.2 * q,
         "nonblocking": "error" not in nb and nb["timeout"] == 0 and nb["waited_s"] < 0.1 * q and nb["sync_after_s"] > 0.5 * q,
         "blocking": covered(blk),
-        "capture_pool_stream": cp["failed"] == 0 and cp["fence_errors"] == 0 and cp["fences_run"] > 0,
-        "capture_blocking_stream": cb["failed"] == 0 and cb["fence_errors"] == 0 and cb["fences_skipped"] > 0,
-        "control": ctl.get("failed", 0) > 0 or ctl.get("fence_errors", 0) > 0,
+        # a capture may fail only where a record hit it after the check (the admitted gap, counted)
+        "capture_pool_stream": cp["failed"] <= cp["gap_hits"] and cp["fence_errors"] == 0 and cp["fences_during_captures"] > 0,
+        "capture_blocking_stream": cb["failed"] <= cb["gap_hits"] and cb["fence_errors"] == 0 and cb["skipped_during_captures"] > 0,
+        "control": ctl.get("failed", 0) > 0,  # without the exchange, captures must fail
     }
 
 

@@ -208,6 +208,7 @@ class CuptiTracer:
         try:
             self.disable()
             cupti.activity_flush_all(0)
+            wait = self.drain.wait_s()  # what an interrupted wait is noted as
             wait = self.drain.wait(final=final)  # the adaptive wait, or until the queued work is done (fence)
             cupti.activity_flush_all(1)
         finally:

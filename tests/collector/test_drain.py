@@ -382,3 +382,24 @@ def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wa
     assert [c for c in calls if c == "fence" or c.startswith("wait")] == ["fence", "wait 0.01", "wait 0.02"]
     assert detach_errors == 1 and errors == [[1, "detach fence: cuEventRecord returned CUDA error 700"]]
     assert fence_error == "cuEventRecord returned CUDA error 700"
+
+
+def test_the_tracers_last_detach_sleeps_the_start_wait_and_never_calls_the_fence(tmp_path):
+    """``detach(final=True)`` (the session's stop, at the program's exit) passes ``final`` to the drain:
+    no fence while the program's contexts may be going away, the adaptive start wait instead."""
+    calls = _run_stand_in(tmp_path, """
+        class Counting:
+            def wait(self, bound_s):
+                cupti.calls.append("fence")
+                return 0.001
+        collector.drain.StreamFence = Counting
+        agg = Aggregator(window_s=60)
+        t = CuptiTracer(agg)
+        t.attach()
+        t.detach()
+        t.attach()
+        t.detach(final=True)
+        print(json.dumps(cupti.calls))
+    """, CUDAWATCH_DETACH_DRAIN="fence")
+    waits = [c for c in calls if c == "fence" or c.startswith("wait")]
+    assert waits == ["fence", "wait 0.01"]
