@@ -19,12 +19,20 @@ thread; the program keeps running meanwhile, attached with every kind disabled (
 fraction of the traced launch cost), and the session counts the wait in the detach/attach cycle's
 time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off.
 
-``CUDAWATCH_DETACH_DRAIN=fence`` (opt-in until measured on a shared GPU) replaces the guess with a
-fence (``collector.cuda_fence.StreamFence``): every detach waits until the work queued before it
-has finished on the legacy default stream of each active context, at most ``max_s``; the adaptive
-rules are then unused. A fence that fails (no ``libcuda``, a driver error) is dropped for the rest
-of the process, with the reason counted in ``health``, and the adaptive wait takes over; a graph
-capture in progress skips the fence for that detach only (``collector.cuda_fence``).
+The guess alone keeps missing under GPU sharing (four collectors on one GPU lost 3-23 % of their
+records, docs/benchmarks.md §15, §16), so by default (``CUDAWATCH_DETACH_DRAIN=fence``) a detach
+first waits on a fence (``collector.cuda_fence.StreamFence``): until the work queued before it has
+finished on the legacy default stream (and so every blocking stream) of each active primary context,
+at most ``max_s``. The adaptive wait stays as the floor for what the fence cannot see (non-blocking
+streams such as NCCL's or PyTorch's side streams, contexts other than the primary ones): when the
+fence returns sooner, the detach sleeps the rest of the adaptive wait, which keeps learning from the
+losses as above. Under sharing the fence waits as long as the queue needs (0 records lost where the
+adaptive wait alone lost 3-23 %, §16); alone on a GPU it returns at once and the adaptive floor
+(2-10 ms) is the whole wait, as before. A fence that fails (no ``libcuda``, a driver error, a call
+that hit a graph capture) is dropped for the rest of the process, with the reason counted in
+``health``, and the adaptive wait goes on alone; a blocking stream capturing a graph skips the fence
+for that detach only; the program's last detach never fences (``collector.cuda_fence`` has the
+hazards). ``CUDAWATCH_DETACH_DRAIN=adaptive`` turns the fence off.
 Pure arithmetic here, no CUPTI: tested on CPU.
 """
 
@@ -79,15 +87,12 @@ class DetachDrain:
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
         self._last: tuple[float, int] = (0.0, 0)  # (wait, lost) of the latest detach not yet taken
         self._last_waited_s = 0.0  # the latest detach's wait (in fence mode ``current_s`` is the bound)
-        self._start_s = self.current_s
-        mode = os.environ.get("CUDAWATCH_DETACH_DRAIN") or "adaptive"
+        mode = os.environ.get("CUDAWATCH_DETACH_DRAIN") or "fence"
         if mode not in ("adaptive", "fence"):
             raise ValueError(f"CUDAWATCH_DETACH_DRAIN must be 'adaptive' or 'fence', got {mode!r}")
         if fence is None and mode == "fence":
             fence = StreamFence()
-        self.fence = fence if max_s > 0 else None
-        if self.fence is not None:
-            self.current_s = max_s  # the fence's bound: it returns as soon as the queue is done
+        self.fence = fence if max_s > 0 else None  # bounded by max_s; current_s stays the adaptive floor
         self.fence_error: str | None = None
         self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
         self._errors: list[str] = []
@@ -102,26 +107,24 @@ class DetachDrain:
                 "fence_error": self.fence_error}
 
     def wait(self, *, final: bool = False) -> float:
-        """Wait before a detach's forced flush; the seconds waited. With a fence: until the queued work
-        is done, up to the bound. Without one, or for the program's last detach (its context may be
-        going away under the poll), or when a graph capture skips the fence: sleep the adaptive wait
-        (its start in fence mode). A failed fence is dropped for good, counted once in health."""
-        if self.current_s <= 0:
+        """Wait before a detach's forced flush; the seconds waited: on the fence (up to ``max_s``) when
+        there is one, then the rest of the adaptive wait if the fence returned sooner. No fence for the
+        program's last detach (its context may be going away under the poll) or while a blocking stream
+        captures a graph (skipped). A failed fence is dropped for good, counted once in health."""
+        if self.max_s <= 0:
             return 0.0
+        fenced = 0.0
         if self.fence is not None and not final:
             try:
-                waited = self.fence.wait(self.current_s)
+                fenced = self.fence.wait(self.max_s) or 0.0  # None: skipped for a graph capture
             except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
                 self.fence = None
                 self.fence_error = str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}"
-                self.current_s = self._start_s  # the adaptive wait from its start
                 self._errors.append(f"detach fence: {exc}")
-            else:
-                if waited is not None:
-                    return waited
-        sleep_s = self._start_s if self.fence is not None else self.current_s
-        time.sleep(sleep_s)
-        return sleep_s
+        rest = self.current_s - fenced
+        if rest > 0:
+            time.sleep(rest)
+        return fenced + max(rest, 0.0)
 
     def take_errors(self) -> list[str]:
         """Failures since the last call, for the window's health (like ``DetachFinalizer.take_unraised``)."""
@@ -136,7 +139,8 @@ class DetachDrain:
         return last
 
     def wait_s(self) -> float:
-        """How long the next detach waits before its forced flush."""
+        """How long the next detach waits at least before its forced flush (the adaptive wait; a fence
+        may wait longer, up to ``max_s``)."""
         return self.current_s
 
     def note(self, lost: int, waited_s: float) -> None:
@@ -145,10 +149,6 @@ class DetachDrain:
         self.waited_s += waited_s
         self._last_waited_s = waited_s
         self._last = (waited_s, max(lost, 0))
-        if self.fence is not None:  # the fence sets each wait itself; only count
-            self.lost += max(lost, 0)
-            self.lossy += lost > 0
-            return
         if lost <= 0:
             self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)

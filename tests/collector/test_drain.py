@@ -225,11 +225,12 @@ def queued_detach(t, agg):
 
 def _run_stand_in(tmp_path, body: str, **env: str):
     """Run ``PRELUDE + body`` in a fresh interpreter with the stand-in ``cupti`` module and only the
-    given CUDAWATCH_ settings; returns what it printed, read as JSON."""
+    given CUDAWATCH_ settings (the adaptive drain unless they set another); returns what it printed, read as JSON."""
     (tmp_path / "cupti").mkdir()
     (tmp_path / "cupti" / "__init__.py").write_text("")
     (tmp_path / "cupti" / "cupti.py").write_text(FAKE_CUPTI)
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    run_env["CUDAWATCH_DETACH_DRAIN"] = "adaptive"  # the default fence needs libcuda: tests that want it say so
     run_env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", **env)
     p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
                        env=run_env, cwd=REPO, timeout=60)
@@ -275,7 +276,7 @@ def test_with_a_fence_each_detach_waits_as_long_as_its_queue_up_to_the_bound(tmp
     """CUDAWATCH_DETACH_DRAIN=fence: the detach waits on the fence (here a stand-in that returns when
     the stand-in CUPTI's last queued kernel finishes on the virtual clock, or at the bound) instead of
     guessing: nothing lost from the first detach when the queue fits the bound; past the bound the
-    same loss every detach (no adaptation), and the order stays disable, unforced flush, fence,
+    same loss every detach (the adaptive floor grows, but never past the bound), and the order stays disable, unforced flush, fence,
     forced flush, finalize."""
     lost, waits, calls, total = _run_stand_in(tmp_path, """
         class VirtualFence:
@@ -299,17 +300,33 @@ def test_with_a_fence_each_detach_waits_as_long_as_its_queue_up_to_the_bound(tmp
     assert calls == ["disable"] * 4 + ["flush", "fence", "flush_forced", "finalize"]
 
 
-def test_the_fence_mode_is_read_from_the_environment(monkeypatch):
-    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "fence")
+def test_the_fence_is_on_by_default_and_adaptive_turns_it_off(monkeypatch):
+    monkeypatch.delenv("CUDAWATCH_DETACH_DRAIN", raising=False)
     d = DetachDrain()
-    assert d.fence is not None and d.wait_s() == DEFAULT_MAX_S  # the bound: the fence returns when the queue is done
+    assert d.fence is not None and d.wait_s() == 0.01  # the adaptive wait's start: the floor under the fence
     assert DetachDrain(0.0).fence is None  # a drain turned off has no fence either
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "adaptive")
+    assert DetachDrain().fence is None
     monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "sometimes")
     with pytest.raises(ValueError, match="'adaptive' or 'fence'"):
         DetachDrain()
 
 
-def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_takes_over():
+class Fence:
+    """A fence that returns after ``waits`` seconds (default half the bound), or is skipped (a graph
+    capture); counts its calls and the bounds it was given."""
+
+    def __init__(self, waits=None, skip=False):
+        self.waits, self.skip, self.bounds = waits, skip, []
+
+    def wait(self, bound_s):
+        self.bounds.append(bound_s)
+        if self.skip:
+            return None
+        return bound_s / 2 if self.waits is None else self.waits
+
+
+def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_goes_on():
     from collector.cuda_fence import FenceError
 
     class Broken:
@@ -317,48 +334,48 @@ def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_takes_over():
             raise FenceError("cuEventRecord returned CUDA error 700")
 
     d = DetachDrain(0.1, fence=Broken())
-    assert d.wait_s() == 0.1
-    assert d.wait() == 0.01  # slept the adaptive wait's start instead
+    assert d.wait() == 0.01  # slept the adaptive wait instead
     assert d.fence is None and "CUDA error 700" in d.fence_error and d.wait_s() == 0.01
     assert d.take_errors() == ["detach fence: cuEventRecord returned CUDA error 700"] and d.take_errors() == []
     assert d.wait() == 0.01 and d.take_errors() == []  # counted once
 
 
-class Fence:
-    """A fence that returns after half the bound, or is skipped (a graph capture); counts its calls."""
+def test_the_fence_waits_up_to_the_longest_wait_and_the_adaptive_wait_is_its_floor():
+    fence = Fence(waits=0.05)  # a shared GPU: the queue takes 50 ms
+    d = DetachDrain(0.1, fence=fence)
+    assert d.wait() == 0.05 and fence.bounds == [0.1]  # longer than the floor: nothing added
+    fence.waits = 0.0  # alone on the GPU: the fence returns at once
+    assert d.wait() == 0.01  # the adaptive floor is the whole wait
+    fence.waits = 0.004
+    assert d.wait() == pytest.approx(0.01)  # 4 ms on the fence, the other 6 ms slept
 
-    def __init__(self, skip=False):
-        self.skip, self.calls = skip, 0
 
-    def wait(self, bound_s):
-        self.calls += 1
-        return None if self.skip else bound_s / 2
+def test_losses_the_fence_cannot_see_still_grow_the_adaptive_floor():
+    """Records lost although the fence returned (work on a non-blocking stream): the floor doubles as
+    in adaptive mode, and shrinks again after clean detaches."""
+    d = DetachDrain(0.1, fence=Fence(waits=0.0))
+    for lost, want in ((50, 0.02), (30, 0.04), (0, 0.038)):
+        d.note(lost, d.wait())
+        assert d.wait_s() == pytest.approx(want)
+    assert d.summary()["lost"] == 80 and d.summary()["lossy"] == 2
 
 
-def test_a_fence_skipped_for_a_graph_capture_sleeps_the_start_wait_and_stays():
+def test_a_fence_skipped_for_a_graph_capture_sleeps_the_adaptive_wait_and_stays():
     fence = Fence(skip=True)
     d = DetachDrain(0.1, fence=fence)
-    assert d.wait() == 0.01 and fence.calls == 1  # not no wait at all, not the 100-ms bound
-    assert d.fence is fence and d.take_errors() == [] and d.wait_s() == 0.1
+    assert d.wait() == 0.01 and len(fence.bounds) == 1  # not no wait at all
+    assert d.fence is fence and d.take_errors() == []
     fence.skip = False
-    assert d.wait() == 0.05 and fence.calls == 2
+    assert d.wait() == 0.05 and len(fence.bounds) == 2
 
 
 def test_the_programs_last_detach_never_fences():
     fence = Fence()
     d = DetachDrain(0.1, fence=fence)
-    assert d.wait(final=True) == 0.01 and fence.calls == 0  # its context may be going away under the poll
-    assert d.wait() == 0.05 and fence.calls == 1
+    assert d.wait(final=True) == 0.01 and fence.bounds == []  # its context may be going away under the poll
+    assert d.wait() == 0.05 and fence.bounds == [0.1]
     d.note(0, 0.05)
-    assert d.summary()["next_wait_s"] == 0.1 and d.summary()["last_waited_s"] == 0.05
-
-
-def test_in_fence_mode_every_wait_is_the_bound_whatever_the_losses():
-    d = DetachDrain(0.1, fence=Fence())
-    for lost in (50, 50, 0, 0, 0, 7):
-        d.note(lost, 0.05)
-        assert d.wait_s() == 0.1  # the adaptive rules would have doubled, reset or shrunk it
-    assert d.summary()["lost"] == 107 and d.summary()["lossy"] == 3
+    assert d.summary()["next_wait_s"] == pytest.approx(0.0095) and d.summary()["last_waited_s"] == 0.05
 
 
 def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wait_runs(tmp_path):
@@ -384,9 +401,9 @@ def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wa
     assert fence_error == "cuEventRecord returned CUDA error 700"
 
 
-def test_the_tracers_last_detach_sleeps_the_start_wait_and_never_calls_the_fence(tmp_path):
+def test_the_tracers_last_detach_sleeps_the_adaptive_wait_and_never_calls_the_fence(tmp_path):
     """``detach(final=True)`` (the session's stop, at the program's exit) passes ``final`` to the drain:
-    no fence while the program's contexts may be going away, the adaptive start wait instead."""
+    no fence while the program's contexts may be going away, the adaptive wait alone."""
     calls = _run_stand_in(tmp_path, """
         class Counting:
             def wait(self, bound_s):
@@ -402,4 +419,5 @@ def test_the_tracers_last_detach_sleeps_the_start_wait_and_never_calls_the_fence
         print(json.dumps(cupti.calls))
     """, CUDAWATCH_DETACH_DRAIN="fence")
     waits = [c for c in calls if c == "fence" or c.startswith("wait")]
-    assert waits == ["fence", "wait 0.01"]
+    # 1 ms on the fence and the other 9 ms of the adaptive floor; at the end only the floor (shrunk 5 %)
+    assert waits == ["fence", "wait 0.009", "wait 0.0095"]
