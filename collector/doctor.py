@@ -1,4 +1,4 @@
-"""``cudawatch doctor``: can this host collect? Driver, CUDA, CUPTI, NVML, GPM, counter permissions, config.
+"""``cudawatch doctor``: can this host collect? Driver, CUDA, CUPTI, NVML, GPM, counter permissions, detach drain, config.
 
 Each check returns a ``Check`` (name, status ``ok``/``warn``/``fail``, detail) and never raises: a
 missing piece is a finding, not a crash. Nothing here creates a CUDA context.
@@ -89,6 +89,31 @@ def check_counter_permissions() -> Check:
     return Check("GPU counter permissions", "warn", "RmProfilingAdminOnly not listed")
 
 
+def check_detach_drain(lib=None) -> Check:
+    """The detach drain's mode, and in ``fence`` mode (the default) whether the driver has every entry
+    point the fence calls (looked up only: no call, no context). ``lib`` takes a stand-in for tests."""
+    from collector.cuda_fence import SYMBOLS
+    from collector.drain import DetachDrain
+
+    try:
+        drain = DetachDrain()
+    except ValueError as exc:
+        return Check("detach drain", "fail", str(exc))
+    if drain.max_s <= 0:
+        return Check("detach drain", "ok", "off (CUDAWATCH_DETACH_DRAIN_MS=0): detaches force-flush at once")
+    if drain.fence is None:
+        return Check("detach drain", "ok", f"adaptive wait, at most {drain.max_s * 1e3:g} ms (the fence is off)")
+    try:
+        lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return Check("detach drain", "warn", f"fence: libcuda.so.1 not loadable ({exc}); detaches fall back to the adaptive wait")
+    missing = [name for name in SYMBOLS if not hasattr(lib, name)]
+    if missing:
+        return Check("detach drain", "warn", f"fence: the driver lacks {', '.join(missing)}; detaches fall back to the adaptive wait")
+    return Check("detach drain", "ok", f"fence on every active context's legacy stream, at most {drain.max_s * 1e3:g} ms, "
+                                       "adaptive wait as its floor")
+
+
 def check_config() -> list[Check]:
     from cudawatch.config import ConfigError, max_overhead_pct
 
@@ -109,5 +134,6 @@ def run_checks() -> list[Check]:
     checks += check_nvml()
     checks.append(check_cupti())
     checks.append(check_counter_permissions())
+    checks.append(check_detach_drain())
     checks += check_config()
     return checks

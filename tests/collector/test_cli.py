@@ -56,3 +56,29 @@ def test_doctor_flags_a_bad_budget():
     env = dict(os.environ, PYTHONPATH=str(REPO), CUDAWATCH_MAX_OVERHEAD_PCT="250")
     p = subprocess.run([sys.executable, "-m", "cudawatch", "doctor"], capture_output=True, text=True, env=env, cwd=REPO)
     assert p.returncode == 1 and "[fail] overhead budget" in p.stdout
+
+
+def test_doctor_reports_the_detach_drain_and_whether_the_fence_can_run(monkeypatch):
+    from collector.cuda_fence import SYMBOLS
+    from collector.doctor import check_detach_drain
+
+    class Driver:  # a stand-in libcuda: attributes are the entry points it exports
+        pass
+
+    full, old = Driver(), Driver()
+    for name in SYMBOLS:
+        setattr(full, name, object())
+        if name != "cuDevicePrimaryCtxRelease_v2":
+            setattr(old, name, object())
+    monkeypatch.delenv("CUDAWATCH_DETACH_DRAIN", raising=False)
+    monkeypatch.delenv("CUDAWATCH_DETACH_DRAIN_MS", raising=False)
+    c = check_detach_drain(full)
+    assert (c.status, c.detail) == ("ok", "fence on every active context's legacy stream, at most 100 ms, adaptive wait as its floor")
+    c = check_detach_drain(old)
+    assert c.status == "warn" and "lacks cuDevicePrimaryCtxRelease_v2" in c.detail and "adaptive wait" in c.detail
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "adaptive")
+    assert check_detach_drain(old).detail == "adaptive wait, at most 100 ms (the fence is off)"
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN_MS", "0")
+    assert check_detach_drain(old).detail.startswith("off")
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "sometimes")
+    assert check_detach_drain(full).status == "fail"
