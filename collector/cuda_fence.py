@@ -24,12 +24,12 @@ this thread would invalidate the capture, and while a blocking stream captures, 
 cannot be used at all. So every fence runs with this thread's capture mode exchanged to relaxed
 (``cuThreadExchangeStreamCaptureMode``, restored after), and asks ``cuStreamIsCapturing`` about the
 legacy stream before recording: a blocking stream capturing (error 906) skips the fence for this
-detach (``skipped``; the drain then sleeps its start wait), it does not drop it. A capture that
+detach (``skipped``; the drain then sleeps its adaptive wait), it does not drop it. A capture that
 starts between that check and the record is hit by the record (a capture error from any later call):
 the program's capture may then have failed, so the fence raises ``FenceError`` and the drain drops
 it for good, counted in the window's health. The window is a few microseconds a detach.
 
-Hazards it does not remove (why the mode stays opt-in): the event on the legacy stream is a barrier
+Hazards it does not remove (``CUDAWATCH_DETACH_DRAIN=adaptive`` avoids both): the event on the legacy stream is a barrier
 across the context's blocking streams, so a kernel that spins on one blocking stream until work
 queued later on another blocking stream has run would wait behind the barrier for ever (a program
 hang, not only a bounded wait); and a program that destroys its context (``cudaDeviceReset``) while

@@ -27,12 +27,15 @@ at most ``max_s``. The adaptive wait stays as the floor for what the fence canno
 streams such as NCCL's or PyTorch's side streams, contexts other than the primary ones): when the
 fence returns sooner, the detach sleeps the rest of the adaptive wait, which keeps learning from the
 losses as above. Under sharing the fence waits as long as the queue needs (0 records lost where the
-adaptive wait alone lost 3-23 %, §16); alone on a GPU it returns at once and the adaptive floor
-(2-10 ms) is the whole wait, as before. A fence that fails (no ``libcuda``, a driver error, a call
+adaptive wait alone lost 3-23 %, §16); alone on a GPU, with a short queue, it should return at once
+and leave the adaptive floor as the whole wait, as before (expected, not yet measured). A fence that fails (no ``libcuda``, a driver error, a call
 that hit a graph capture) is dropped for the rest of the process, with the reason counted in
 ``health``, and the adaptive wait goes on alone; a blocking stream capturing a graph skips the fence
 for that detach only; the program's last detach never fences (``collector.cuda_fence`` has the
-hazards). ``CUDAWATCH_DETACH_DRAIN=adaptive`` turns the fence off.
+hazards). A kernel that never ends on the legacy stream or a blocking stream holds every fence to
+``max_s``: the "not a queue" rule above shortens only the floor, so such a program pays ``max_s``
+a detach (charged to the budget, which then lengthens the control period; not yet handled).
+``CUDAWATCH_DETACH_DRAIN=adaptive`` turns the fence off.
 Pure arithmetic here, no CUPTI: tested on CPU.
 """
 
@@ -85,8 +88,10 @@ class DetachDrain:
         self.lossy = 0  # detaches whose forced flush returned any
         self.waited_s = 0.0  # total time waited
         self._last_lossy: tuple[float, int] | None = None  # (wait, lost) of the previous detach, if it lost any
+        # and the rules chose its wait
         self._last: tuple[float, int] = (0.0, 0)  # (wait, lost) of the latest detach not yet taken
-        self._last_waited_s = 0.0  # the latest detach's wait (in fence mode ``current_s`` is the bound)
+        self._last_waited_s = 0.0  # the latest detach's whole wait (fence and floor)
+        self._fence_set_wait = False  # the latest ``wait()``'s fence outlasted the adaptive wait
         mode = os.environ.get("CUDAWATCH_DETACH_DRAIN") or "fence"
         if mode not in ("adaptive", "fence"):
             raise ValueError(f"CUDAWATCH_DETACH_DRAIN must be 'adaptive' or 'fence', got {mode!r}")
@@ -121,6 +126,7 @@ class DetachDrain:
                 self.fence = None
                 self.fence_error = str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}"
                 self._errors.append(f"detach fence: {exc}")
+        self._fence_set_wait = fenced > self.current_s
         rest = self.current_s - fenced
         if rest > 0:
             time.sleep(rest)
@@ -144,19 +150,23 @@ class DetachDrain:
         return self.current_s
 
     def note(self, lost: int, waited_s: float) -> None:
-        """Record one detach: ``lost`` records came back without timestamps after waiting ``waited_s``."""
+        """Record one detach: ``lost`` records came back without timestamps after waiting ``waited_s``.
+        When the fence outlasted the adaptive wait, a loss came from work the fence cannot see and the
+        wait was the fence's, not the rules': the adaptive wait doubles, and the "waited longer, lost as
+        many" rule, which compares waits the rules chose, skips this detach (fence times jitter)."""
         self.detaches += 1
         self.waited_s += waited_s
         self._last_waited_s = waited_s
         self._last = (waited_s, max(lost, 0))
+        fence_set, self._fence_set_wait = self._fence_set_wait, False
         if lost <= 0:
             self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)
             return
         self.lost += lost
         self.lossy += 1
-        prev, self._last_lossy = self._last_lossy, (waited_s, lost)
-        if prev is not None and waited_s > prev[0] and lost >= prev[1]:
+        prev, self._last_lossy = self._last_lossy, (None if fence_set else (waited_s, lost))
+        if prev is not None and not fence_set and waited_s > prev[0] and lost >= prev[1]:
             self.current_s = self.min_s  # waiting longer lost as many: not kernels in a queue
         else:
             self.current_s = min(self.max_s, max(self.current_s, self.min_s) * 2.0)

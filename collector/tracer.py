@@ -15,7 +15,8 @@ lost its timestamps after ~20 s of 1 s forced flushes; with CUPTI's defaults (3.
 memory grew ~1 MB/s until the pool would run out. Forced flushes therefore happen only in
 ``pause()``/``detach()``, after the kinds are disabled and right before ``cuptiFinalize``, which
 releases every device buffer. Between the disable and the forced flush the detach waits for kernels
-still queued on the GPU (``collector.drain.DetachDrain``, adaptive, at most 100 ms), so their
+still queued on the GPU (``collector.drain.DetachDrain``: a fence on the legacy stream with an
+adaptive floor, at most 100 ms), so their
 records are not returned without timestamps. Where ``cuptiFinalize`` runs (the collector's thread,
 or an application thread's API exit with ``CUDAWATCH_FINALIZE=callback``) is
 ``collector.finalize.DetachFinalizer``'s business.

@@ -421,3 +421,22 @@ def test_the_tracers_last_detach_sleeps_the_adaptive_wait_and_never_calls_the_fe
     waits = [c for c in calls if c == "fence" or c.startswith("wait")]
     # 1 ms on the fence and the other 9 ms of the adaptive floor; at the end only the floor (shrunk 5 %)
     assert waits == ["fence", "wait 0.009", "wait 0.0095"]
+
+
+def test_the_fences_own_time_never_decides_whether_waiting_longer_helped():
+    """Fence waits of 30 then 31 ms with 50 then 60 records lost (work the fence cannot see): the fence,
+    not the rules, set those waits, so the adaptive wait doubles (10 -> 20 -> 40 ms) until it outlasts
+    the fence, instead of falling to 2 ms because the fence happened to wait 1 ms longer. Once the
+    adaptive wait sets the wait again, the "waited longer, lost as many" rule applies as before."""
+    fence = Fence(waits=0.03)
+    d = DetachDrain(0.1, fence=fence)
+    d.note(50, d.wait())
+    assert d.wait_s() == pytest.approx(0.02)
+    fence.waits = 0.031
+    d.note(60, d.wait())
+    assert d.wait_s() == pytest.approx(0.04)  # the old rule on total waits (31 > 30 ms, 60 >= 50) reset it to 2 ms
+    assert d.wait() == pytest.approx(0.04)  # now the adaptive wait outlasts the fence: 31 ms fenced, 9 ms slept
+    d.note(50, 0.04)
+    assert d.wait_s() == pytest.approx(0.08)
+    d.note(50, d.wait())  # waited 80 > 40 ms and lost as many: not a queue, as in adaptive mode
+    assert d.wait_s() == pytest.approx(0.002)
