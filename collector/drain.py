@@ -32,9 +32,10 @@ and leave the adaptive floor as the whole wait, as before (expected, not yet mea
 that hit a graph capture) is dropped for the rest of the process, with the reason counted in
 ``health``, and the adaptive wait goes on alone; a blocking stream capturing a graph skips the fence
 for that detach only; the program's last detach never fences (``collector.cuda_fence`` has the
-hazards). A kernel that never ends on the legacy stream or a blocking stream holds every fence to
-``max_s``: the "not a queue" rule above shortens only the floor, so such a program pays ``max_s``
-a detach (charged to the budget, which then lengthens the control period; not yet handled).
+hazards). A kernel that never ends on the legacy stream or a blocking stream would hold every fence
+to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP`` fences in a row ran to the bound the fence is dropped
+like a failed one (a long queue under sharing ends some fences at the bound, not five in a row:
+3 of 45 in §16).
 ``CUDAWATCH_DETACH_DRAIN=adaptive`` turns the fence off.
 Pure arithmetic here, no CUPTI: tested on CPU.
 """
@@ -57,6 +58,9 @@ DEFAULT_START_S = 0.01
 DEFAULT_MIN_S = 0.002
 #: Factor per detach that lost nothing: back across a doubling in log(2)/log(1/0.95) = 13.5 detaches.
 SHRINK = 0.95
+#: Fences in a row that ran to the bound before the fence is dropped: a kernel that never ends on the
+#: legacy stream or a blocking stream (a persistent kernel) would otherwise cost the bound every detach.
+FENCE_TIMEOUTS_TO_DROP = 5
 
 
 class DetachDrain:
@@ -100,6 +104,7 @@ class DetachDrain:
         self.fence = fence if max_s > 0 else None  # bounded by max_s; current_s stays the adaptive floor
         self.fence_error: str | None = None
         self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
+        self._timeouts_in_row = 0  # fences in a row that ran to the bound
         self._errors: list[str] = []
 
     def summary(self) -> dict:
@@ -120,17 +125,28 @@ class DetachDrain:
             return 0.0
         fenced = 0.0
         if self.fence is not None and not final:
+            timeouts = getattr(self.fence, "timeouts", 0)
             try:
                 fenced = self.fence.wait(self.max_s) or 0.0  # None: skipped for a graph capture
             except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
-                self.fence = None
-                self.fence_error = str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}"
-                self._errors.append(f"detach fence: {exc}")
+                self._drop_fence(str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}")
+            else:
+                timed_out = getattr(self.fence, "timeouts", 0) > timeouts
+                self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
+                if self._timeouts_in_row >= FENCE_TIMEOUTS_TO_DROP:
+                    self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
+                                     "(a kernel that never ends?)")
         self._fence_set_wait = fenced > self.current_s
         rest = self.current_s - fenced
         if rest > 0:
             time.sleep(rest)
         return fenced + max(rest, 0.0)
+
+    def _drop_fence(self, reason: str) -> None:
+        """No fence for the rest of the process; the reason once in health; the adaptive wait goes on."""
+        self.fence = None
+        self.fence_error = reason
+        self._errors.append(f"detach fence: {reason}")
 
     def take_errors(self) -> list[str]:
         """Failures since the last call, for the window's health (like ``DetachFinalizer.take_unraised``)."""

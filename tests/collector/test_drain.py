@@ -440,3 +440,34 @@ def test_the_fences_own_time_never_decides_whether_waiting_longer_helped():
     assert d.wait_s() == pytest.approx(0.08)
     d.note(50, d.wait())  # waited 80 > 40 ms and lost as many: not a queue, as in adaptive mode
     assert d.wait_s() == pytest.approx(0.002)
+
+
+def test_five_fences_in_a_row_at_the_bound_drop_the_fence_once():
+    """A kernel that never ends on the legacy stream: every fence runs to the bound. Four in a row, then
+    one that finished, restart the count; five in a row drop the fence, counted once in health."""
+    from collector.cuda_fence import StreamFence
+
+    class Endless(StreamFence):  # the real bookkeeping of timeouts, without a driver
+        def __init__(self):
+            super().__init__(lib=object())
+            self.finish = False
+
+        def wait(self, bound_s):
+            self.waits += 1
+            self.timeouts += not self.finish
+            return 0.001 if self.finish else bound_s
+
+    fence = Endless()
+    d = DetachDrain(0.02, fence=fence)
+    for _ in range(4):
+        assert d.wait() == 0.02
+    fence.finish = True
+    d.wait()
+    fence.finish = False
+    for _ in range(4):
+        d.wait()
+    assert d.fence is fence and d.take_errors() == []
+    d.wait()
+    assert d.fence is None and fence.timeouts == 9
+    assert d.take_errors() == ["detach fence: 5 fences in a row ran to the 20-ms bound (a kernel that never ends?)"]
+    assert d.wait() == 0.01 and d.take_errors() == []  # the adaptive wait alone from now on
