@@ -29,18 +29,19 @@ starts between that check and the record is hit by the record (a capture error f
 the program's capture may then have failed, so the fence raises ``FenceError`` and the drain drops
 it for good, counted in the window's health. The window is a few microseconds a detach.
 
-Hazards it does not remove (``CUDAWATCH_DETACH_DRAIN=adaptive`` avoids both): the event on the legacy stream is a barrier
-across the context's blocking streams, so a kernel that spins on one blocking stream until work
-queued later on another blocking stream has run would wait behind the barrier for ever (a program
-hang, not only a bounded wait); and a program that destroys its context (``cudaDeviceReset``) while
-a fence polls makes the poll use a freed event. The last detach, at the program's end, never fences.
+Hazards it does not remove (``CUDAWATCH_DETACH_DRAIN=adaptive`` avoids both): the event on the
+legacy stream is a barrier across the context's blocking streams, so a kernel that spins on one
+blocking stream until work queued later on another blocking stream has run would wait behind the
+barrier for ever (a program hang, not only a bounded wait); and a program that destroys its context
+(``cudaDeviceReset``) while a fence polls makes the poll use a freed event. The last detach, at the
+program's end, never fences.
 
 Driver API through ctypes (``libcuda.so.1``), like the rest of the collector's GPU code only in
 ``collector/``; ``lib`` takes a stand-in for CPU tests. The fence is armed after the traced kinds
 are disabled and before the forced flush and ``cuptiFinalize`` (the ``callback`` finalizer
 subscribes only after the forced flush), so the driver calls here are never traced and never
-finalize CUPTI. On by default since it was checked on an H100 (driver 580; ``benchmarks/fence_check.py``:
-legacy, blocking and non-blocking streams, the bound, graph captures beside it, and a control
+finalize CUPTI. On by default since it was checked on an H100 (driver 580;
+``benchmarks/fence_check.py``: legacy, blocking and non-blocking streams, the bound, graph captures beside it, and a control
 without the capture-mode exchange, whose captures all failed) and lost 0 records where the adaptive
 wait alone lost 3-23 % (docs/benchmarks.md §16); ``CUDAWATCH_DETACH_DRAIN=adaptive`` turns it off.
 """
@@ -89,6 +90,11 @@ class StreamFence:
         self.waits = 0
         self.timeouts = 0  # waits the bound ended (work still queued, or on a kernel that never ends)
         self.skipped = 0  # detaches without a fence: a blocking stream was capturing a graph
+
+    def check(self) -> None:
+        """Load the driver and look up every entry point the fence calls, without calling any (no
+        context, no ``cuInit``); raises FenceError saying what is missing (``cudawatch doctor``)."""
+        self._cu()
 
     def _cu(self):
         if self._lib is None:

@@ -91,8 +91,9 @@ def check_counter_permissions() -> Check:
 
 def check_detach_drain(lib=None) -> Check:
     """The detach drain's mode, and in ``fence`` mode (the default) whether the driver has every entry
-    point the fence calls (looked up only: no call, no context). ``lib`` takes a stand-in for tests."""
-    from collector.cuda_fence import SYMBOLS
+    point the fence calls (``StreamFence.check``: looked up only, no call, no context). ``lib`` takes
+    a stand-in for tests."""
+    from collector.cuda_fence import FenceError, StreamFence
     from collector.drain import DetachDrain
 
     try:
@@ -104,12 +105,9 @@ def check_detach_drain(lib=None) -> Check:
     if drain.fence is None:
         return Check("detach drain", "ok", f"adaptive wait, at most {drain.max_s * 1e3:g} ms (the fence is off)")
     try:
-        lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        return Check("detach drain", "warn", f"fence: libcuda.so.1 not loadable ({exc}); detaches fall back to the adaptive wait")
-    missing = [name for name in SYMBOLS if not hasattr(lib, name)]
-    if missing:
-        return Check("detach drain", "warn", f"fence: the driver lacks {', '.join(missing)}; detaches fall back to the adaptive wait")
+        (drain.fence if lib is None else StreamFence(lib)).check()
+    except FenceError as exc:
+        return Check("detach drain", "warn", f"fence: {exc}; detaches fall back to the adaptive wait")
     return Check("detach drain", "ok", f"fence on every active context's legacy stream, at most {drain.max_s * 1e3:g} ms, "
                                        "adaptive wait as its floor")
 
