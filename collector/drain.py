@@ -28,15 +28,15 @@ streams such as NCCL's or PyTorch's side streams, contexts other than the primar
 fence returns sooner, the detach sleeps the rest of the adaptive wait, which keeps learning from the
 losses as above. Under sharing the fence waits as long as the queue needs (0 records lost where the
 adaptive wait alone lost 3-23 %, §16); alone on a GPU, with a short queue, it should return at once
-and leave the adaptive floor as the whole wait, as before (expected, not yet measured). A fence that fails (no ``libcuda``, a driver error, a call
-that hit a graph capture) is dropped for the rest of the process, with the reason counted in
-``health``, and the adaptive wait goes on alone; a blocking stream capturing a graph skips the fence
-for that detach only; the program's last detach never fences (``collector.cuda_fence`` has the
-hazards). A kernel that never ends on the legacy stream or a blocking stream would hold every fence
-to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP`` fences in a row ran to the bound the fence is dropped
-like a failed one (a long queue under sharing ends some fences at the bound, not five in a row:
-3 of 45 in §16).
-``CUDAWATCH_DETACH_DRAIN=adaptive`` turns the fence off.
+and leave the adaptive floor as the whole wait, as before (expected, not yet measured). A fence
+that fails (no ``libcuda``, a driver error, a call that hit a graph capture) is dropped for the rest
+of the process, with the reason counted in ``health``, and the adaptive wait goes on alone; a
+blocking stream capturing a graph skips the fence for that detach only; the program's last detach
+never fences (``collector.cuda_fence`` has the hazards). A kernel that never ends on the legacy
+stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
+fences in a row ran to the bound the fence is dropped like a failed one (a long queue under sharing
+ends some fences at the bound, not five in a row: 3 of 45 in §16). ``CUDAWATCH_DETACH_DRAIN=adaptive``
+turns the fence off.
 Pure arithmetic here, no CUPTI: tested on CPU.
 """
 
@@ -111,7 +111,8 @@ class DetachDrain:
         """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
         lengthens the cycle and so the control period)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
-                "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s, "lost_per_detach": self.lost / max(self.detaches, 1),
+                "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
+                "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped")},
                 "fence_error": self.fence_error}
@@ -125,14 +126,12 @@ class DetachDrain:
             return 0.0
         fenced = 0.0
         if self.fence is not None and not final:
-            timeouts = getattr(self.fence, "timeouts", 0)
             try:
                 fenced = self.fence.wait(self.max_s) or 0.0  # None: skipped for a graph capture
             except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
                 self._drop_fence(str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}")
             else:
-                timed_out = getattr(self.fence, "timeouts", 0) > timeouts
-                self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
+                self._timeouts_in_row = self._timeouts_in_row + 1 if fenced >= self.max_s else 0
                 if self._timeouts_in_row >= FENCE_TIMEOUTS_TO_DROP:
                     self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
                                      "(a kernel that never ends?)")

@@ -313,17 +313,17 @@ def test_the_fence_is_on_by_default_and_adaptive_turns_it_off(monkeypatch):
 
 
 class Fence:
-    """A fence that returns after ``waits`` seconds (default half the bound), or is skipped (a graph
+    """A fence that returns after ``takes_s`` seconds (default half the bound), or is skipped (a graph
     capture); counts its calls and the bounds it was given."""
 
-    def __init__(self, waits=None, skip=False):
-        self.waits, self.skip, self.bounds = waits, skip, []
+    def __init__(self, takes_s=None, skip=False):
+        self.takes_s, self.skip, self.bounds = takes_s, skip, []
 
     def wait(self, bound_s):
         self.bounds.append(bound_s)
         if self.skip:
             return None
-        return bound_s / 2 if self.waits is None else self.waits
+        return bound_s / 2 if self.takes_s is None else self.takes_s
 
 
 def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_goes_on():
@@ -341,19 +341,19 @@ def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_goes_on():
 
 
 def test_the_fence_waits_up_to_the_longest_wait_and_the_adaptive_wait_is_its_floor():
-    fence = Fence(waits=0.05)  # a shared GPU: the queue takes 50 ms
+    fence = Fence(takes_s=0.05)  # a shared GPU: the queue takes 50 ms
     d = DetachDrain(0.1, fence=fence)
     assert d.wait() == 0.05 and fence.bounds == [0.1]  # longer than the floor: nothing added
-    fence.waits = 0.0  # alone on the GPU: the fence returns at once
+    fence.takes_s = 0.0  # alone on the GPU: the fence returns at once
     assert d.wait() == 0.01  # the adaptive floor is the whole wait
-    fence.waits = 0.004
+    fence.takes_s = 0.004
     assert d.wait() == pytest.approx(0.01)  # 4 ms on the fence, the other 6 ms slept
 
 
 def test_losses_the_fence_cannot_see_still_grow_the_adaptive_floor():
     """Records lost although the fence returned (work on a non-blocking stream): the floor doubles as
     in adaptive mode, and shrinks again after clean detaches."""
-    d = DetachDrain(0.1, fence=Fence(waits=0.0))
+    d = DetachDrain(0.1, fence=Fence(takes_s=0.0))
     for lost, want in ((50, 0.02), (30, 0.04), (0, 0.038)):
         d.note(lost, d.wait())
         assert d.wait_s() == pytest.approx(want)
@@ -428,11 +428,11 @@ def test_the_fences_own_time_never_decides_whether_waiting_longer_helped():
     not the rules, set those waits, so the adaptive wait doubles (10 -> 20 -> 40 ms) until it outlasts
     the fence, instead of falling to 2 ms because the fence happened to wait 1 ms longer. Once the
     adaptive wait sets the wait again, the "waited longer, lost as many" rule applies as before."""
-    fence = Fence(waits=0.03)
+    fence = Fence(takes_s=0.03)
     d = DetachDrain(0.1, fence=fence)
     d.note(50, d.wait())
     assert d.wait_s() == pytest.approx(0.02)
-    fence.waits = 0.031
+    fence.takes_s = 0.031
     d.note(60, d.wait())
     assert d.wait_s() == pytest.approx(0.04)  # the old rule on total waits (31 > 30 ms, 60 >= 50) reset it to 2 ms
     assert d.wait() == pytest.approx(0.04)  # now the adaptive wait outlasts the fence: 31 ms fenced, 9 ms slept
