@@ -145,8 +145,9 @@ def old_detect_regressions(values, start, *, went_away: bool = False, **config):
     ensure_schema(con)
     hour_ts = [T0 + dt.timedelta(hours=h) for h in range(hours)]
     ok = ~np.isnan(values)
-    tbl = kernel_rows(np.where(ok, values, 1.0), T0).filter(pa.array(ok.reshape(-1)))  # noqa: F841 (read by DuckDB)
+    con.register("tbl", kernel_rows(np.where(ok, values, 1.0), T0).filter(pa.array(ok.reshape(-1))))
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
+    con.unregister("tbl")
     refresh_hourly(con, "kernels", hour_ts[0], hour_ts[-1])  # the hourly rollups the series read
     cfg = DetectConfig(series=("kernel_mean_ns",), **config)
     for t in range(start, hours):

@@ -38,8 +38,9 @@ def main(argv=None) -> int:
     values = make_corpus(n, hours=hours, seed=90, step_fraction=0.0, improvement_fraction=0.0).values
     con = connect(Path(tempfile.mkdtemp()) / "w.duckdb")
     ts = [T0 + dt.timedelta(hours=h) for h in range(hours)]
-    tbl = kernel_rows(values, T0)  # noqa: F841 (read by DuckDB)
+    con.register("tbl", kernel_rows(values, T0))
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
+    con.unregister("tbl")
     refresh_hourly(con, "kernels", ts[0], ts[-1])
     t0 = time.perf_counter()
     hist = fc.load_history(con, ts[-1], days=a.days, config=cfg)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from analytics.results import Regression
 from cudawatch.shards import hour_floor
 
 UTC = dt.timezone.utc

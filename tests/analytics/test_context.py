@@ -129,8 +129,6 @@ def test_gpu_regression_without_job_takes_the_busiest_job(con):
 
 
 def test_windows_end_at_the_job_s_other_regressions(con):
-    from analytics import detect
-
     regressions.ensure_tables(con)
     other = [("e-later", "train", None, ONSET + dt.timedelta(hours=4)), ("e-gpu", "", "GPU-bbbb", ONSET - dt.timedelta(hours=5)),
              ("e-same", "train", None, ONSET + dt.timedelta(hours=1)), ("e-close", "train", None, ONSET - dt.timedelta(hours=1)),

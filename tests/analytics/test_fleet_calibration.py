@@ -35,8 +35,9 @@ def _warehouse(path, n: int = 30, seed: int = 77, step_last_hours: int = 0):
         values[0, -step_last_hours:] *= 1.15
     con = connect(path)
     hour_ts = [T0 + dt.timedelta(hours=h) for h in range(HOURS)]
-    tbl = kernel_rows(values, T0)  # noqa: F841 (read by DuckDB)
+    con.register("tbl", kernel_rows(values, T0))
     con.execute("INSERT INTO kernels BY NAME SELECT * FROM tbl")
+    con.unregister("tbl")
     refresh_hourly(con, "kernels", hour_ts[0], hour_ts[-1])
     return con, values, hour_ts[-1]
 

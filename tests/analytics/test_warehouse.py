@@ -2,7 +2,6 @@
 
 import datetime as dt
 
-import duckdb
 import pyarrow as pa
 import pytest
 

@@ -10,7 +10,6 @@ import pytest
 
 from analytics import store
 from analytics.store import maintenance
-from app import steps
 from app.arrival import arrival
 from cudawatch import shards as sh
 from tests.dags.conftest import START, run_dag, task_states

@@ -4,7 +4,6 @@ what it started. Exact exit codes and messages (docs/reliability.md)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
