@@ -62,7 +62,8 @@ def _start(mode: str):
             collector.stop()
             return {"duty_mean": statistics.fmean(d[1] for d in log) if log else None,
                     "records": session.agg.records_total, "invalid_zero_ts": session.agg.invalid_zero_ts,
-                    "errors": session.errors, "finalize": session.tracer.finalizer.summary()}
+                    "errors": session.errors, "finalize": session.tracer.finalizer.summary(),
+                    "drain": session.tracer.drain.summary()}  # detaches, waits, fence waits/timeouts
         return stop
     import torch
 
