@@ -178,7 +178,7 @@ def main() -> None:
     torch.cuda.synchronize()
     res["capture_pool_stream"] = _captures(fence, None)
     res["capture_blocking_stream"] = _captures(fence, blocking)
-    res["fence"] = {"waits": fence.waits, "timeouts": fence.timeouts, "skipped": fence.skipped}
+    res["fence"] = {"waits": fence.waits, "timeouts": fence.timeouts, "skipped": fence.skipped, "idle": fence.idle}
     res["control"] = _captures(_NoExchange(), None)  # last: a failed capture may leave errors behind
     cu.cuStreamDestroy_v2(h)
     res["device"] = torch.cuda.get_device_name()

@@ -90,6 +90,7 @@ class StreamFence:
         self.waits = 0
         self.timeouts = 0  # waits the bound ended (work still queued, or on a kernel that never ends)
         self.skipped = 0  # detaches without a fence: a blocking stream was capturing a graph
+        self.idle = 0  # fences with nothing to wait for: CUDA not (or no longer) initialized, no active context
 
     def check(self) -> None:
         """Load the driver and look up every entry point the fence calls, without calling any (no
@@ -191,6 +192,7 @@ class StreamFence:
         t0 = time.perf_counter()
         devices = self._devices()
         if not devices:
+            self.idle += 1
             return 0.0
         mode, swapped = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED), False
         try:
@@ -204,7 +206,10 @@ class StreamFence:
                     if not pending or time.perf_counter() - t0 >= bound_s:
                         break
                     time.sleep(POLL_S)
-                self.waits += 1
+                if armed:
+                    self.waits += 1
+                else:
+                    self.idle += 1
                 self.timeouts += bool(pending)
             finally:
                 self._release(armed)

@@ -105,16 +105,23 @@ class DetachDrain:
         self.fence_error: str | None = None
         self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
         self._timeouts_in_row = 0  # fences in a row that ran to the bound
+        self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
+        self.unfenced_final = 0  # last detaches that did not fence although a fence was there
         self._errors: list[str] = []
 
     def summary(self) -> dict:
         """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
-        lengthens the cycle and so the control period)."""
+        lengthens the cycle and so the control period). ``fence``: its waits, those the bound ended
+        (``timeouts``), skips for a graph capture, fences with nothing to wait for (``idle``: CUDA not
+        initialized, no active context), detaches whose fence outlasted the adaptive floor
+        (``set_wait``) and last detaches that did not fence (``final``); waits, skips, idle, final and
+        the detaches from a fence's failure on account for every detach."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
-                    k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped")},
+                    **{k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped", "idle")},
+                    "set_wait": self.fence_set, "final": self.unfenced_final},
                 "fence_error": self.fence_error}
 
     def wait(self, *, final: bool = False) -> float:
@@ -125,6 +132,7 @@ class DetachDrain:
         if self.max_s <= 0:
             return 0.0
         fenced = 0.0
+        self.unfenced_final += self.fence is not None and final
         if self.fence is not None and not final:
             try:
                 fenced = self.fence.wait(self.max_s) or 0.0  # None: skipped for a graph capture
@@ -136,6 +144,7 @@ class DetachDrain:
                     self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
                                      "(a kernel that never ends?)")
         self._fence_set_wait = fenced > self.current_s
+        self.fence_set += self._fence_set_wait
         rest = self.current_s - fenced
         if rest > 0:
             time.sleep(rest)

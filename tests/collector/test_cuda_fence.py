@@ -134,8 +134,18 @@ def test_a_kernel_that_never_ends_holds_the_wait_only_to_the_bound():
 
 def test_a_process_that_never_initialized_cuda_waits_for_nothing():
     drv = StandInDriver(initialized=False)
-    assert StreamFence(lib=drv).wait(1.0) < 0.05
+    fence = StreamFence(lib=drv)
+    assert fence.wait(1.0) < 0.05
     assert drv.calls == []  # no cuInit, no context created
+    assert (fence.idle, fence.waits) == (1, 0)  # counted apart from real waits
+
+
+def test_no_active_context_is_an_idle_fence_not_a_wait():
+    drv = StandInDriver(n=2, active=())
+    fence = StreamFence(lib=drv)
+    assert fence.wait(1.0) < 0.05 and (fence.idle, fence.waits, fence.timeouts) == (1, 0, 0)
+    assert drv.retained == {} or all(v == 0 for v in drv.retained.values())  # nothing retained
+    _balanced(drv)
 
 
 def test_a_global_mode_capture_on_another_thread_is_left_intact():

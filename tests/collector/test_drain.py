@@ -348,6 +348,7 @@ def test_the_fence_waits_up_to_the_longest_wait_and_the_adaptive_wait_is_its_flo
     assert d.wait() == 0.01  # the adaptive floor is the whole wait
     fence.takes_s = 0.004
     assert d.wait() == pytest.approx(0.01)  # 4 ms on the fence, the other 6 ms slept
+    assert d.summary()["fence"]["set_wait"] == 1  # only the 50-ms fence outlasted the floor
 
 
 def test_losses_the_fence_cannot_see_still_grow_the_adaptive_floor():
@@ -373,6 +374,7 @@ def test_the_programs_last_detach_never_fences():
     fence = Fence()
     d = DetachDrain(0.1, fence=fence)
     assert d.wait(final=True) == 0.01 and fence.bounds == []  # its context may be going away under the poll
+    assert d.summary()["fence"]["final"] == 1
     assert d.wait() == 0.05 and fence.bounds == [0.1]
     d.note(0, 0.05)
     assert d.summary()["next_wait_s"] == pytest.approx(0.0095) and d.summary()["last_waited_s"] == 0.05
@@ -471,3 +473,23 @@ def test_five_fences_in_a_row_at_the_bound_drop_the_fence_once():
     assert d.fence is None and fence.timeouts == 9
     assert d.take_errors() == ["detach fence: 5 fences in a row ran to the 20-ms bound (a kernel that never ends?)"]
     assert d.wait() == 0.01 and d.take_errors() == []  # the adaptive wait alone from now on
+
+
+def test_the_summary_accounts_for_every_detach():
+    """With the real fence on a stand-in driver: a detach before CUDA is initialized (idle), a wait, a
+    skip for a graph capture and the last detach each land in their own count, so none is unexplained."""
+    from collector.cuda_fence import StreamFence
+    from tests.collector.test_cuda_fence import StandInDriver
+
+    drv = StandInDriver(initialized=False, polls=2)
+    d = DetachDrain(0.1, fence=StreamFence(lib=drv))
+    d.note(0, d.wait())
+    drv.initialized = True
+    d.note(0, d.wait())
+    drv.capture = "blocking"
+    d.note(0, d.wait())
+    drv.capture = None
+    d.note(0, d.wait(final=True))
+    f = d.summary()["fence"]
+    assert (f["idle"], f["waits"], f["skipped"], f["final"], f["timeouts"]) == (1, 1, 1, 1, 0)
+    assert d.summary()["detaches"] == f["idle"] + f["waits"] + f["skipped"] + f["final"] == 4
