@@ -87,10 +87,13 @@ class StreamFence:
     def __init__(self, lib=None) -> None:
         self._lib = lib
         self._checked = False
+        # counted once a wait has cleaned up (events destroyed, contexts released, capture mode back):
+        # a wait that fails counts in none of them (the drain drops the fence and counts the detach)
         self.waits = 0
         self.timeouts = 0  # waits the bound ended (work still queued, or on a kernel that never ends)
-        self.skipped = 0  # detaches without a fence: a blocking stream was capturing a graph
+        self.skipped = 0  # no fence this time: the legacy stream or a blocking stream was capturing a graph
         self.idle = 0  # fences with nothing to wait for: CUDA not (or no longer) initialized, no active context
+        self.timed_out = False  # whether the latest wait ended at the bound with work still queued
 
     def check(self) -> None:
         """Load the driver and look up every entry point the fence calls, without calling any (no
@@ -190,11 +193,13 @@ class StreamFence:
         """Seconds waited; None when skipped for a graph capture; raises FenceError when the driver
         fails (or a call hit a capture)."""
         t0 = time.perf_counter()
+        self.timed_out = False
         devices = self._devices()
         if not devices:
             self.idle += 1
             return 0.0
         mode, swapped = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED), False
+        armed, pending = [], []
         try:
             self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # relaxed; mode: the old one
             swapped = True
@@ -206,19 +211,20 @@ class StreamFence:
                     if not pending or time.perf_counter() - t0 >= bound_s:
                         break
                     time.sleep(POLL_S)
-                if armed:
-                    self.waits += 1
-                else:
-                    self.idle += 1
-                self.timeouts += bool(pending)
             finally:
                 self._release(armed)
         except FenceSkipped:
-            self.skipped += 1
-            return None
+            armed = None
         finally:
             if swapped:
                 self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # back to the thread's old mode
+        if armed is None:
+            self.skipped += 1
+            return None
+        self.waits += bool(armed)
+        self.idle += not armed
+        self.timeouts += bool(pending)
+        self.timed_out = bool(pending)
         return time.perf_counter() - t0
 
     def _query(self, armed) -> int:

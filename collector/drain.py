@@ -34,7 +34,8 @@ of the process, with the reason counted in ``health``, and the adaptive wait goe
 blocking stream capturing a graph skips the fence for that detach only; the program's last detach
 never fences (``collector.cuda_fence`` has the hazards). A kernel that never ends on the legacy
 stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
-fences in a row ran to the bound the fence is dropped like a failed one (a long queue under sharing
+fences in a row ran to the bound (the fence's ``timed_out``: events still pending; a skip neither
+counts nor breaks the row) the fence is dropped like a failed one (a long queue under sharing
 ends some fences at the bound, not five in a row: 3 of 45 in §16). ``CUDAWATCH_DETACH_DRAIN=adaptive``
 turns the fence off.
 Pure arithmetic here, no CUPTI: tested on CPU.
@@ -45,7 +46,7 @@ from __future__ import annotations
 import os
 import time
 
-from collector.cuda_fence import FenceError, StreamFence
+from collector.cuda_fence import POLL_S, FenceError, StreamFence
 
 #: Longest wait (seconds). 100 ms holds ~6,600 queued 15 us kernels or ~65 queued 8192^3 bf16
 #: matmuls; with the 16-77 ms a detach + attach takes, a cycle at the longest wait costs 116-177 ms,
@@ -107,43 +108,59 @@ class DetachDrain:
         self._timeouts_in_row = 0  # fences in a row that ran to the bound
         self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
         self.unfenced_final = 0  # last detaches that did not fence although a fence was there
+        self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
+        self.unwaited = 0  # detaches that failed before their wait (disabling the kinds, the first flush)
+        self._entered = False  # whether the current detach reached ``wait()``
         self._errors: list[str] = []
 
     def summary(self) -> dict:
         """What the waits did so far, for benchmarks and logs (compare runs per detach: a longer wait
-        lengthens the cycle and so the control period). ``fence``: its waits, those the bound ended
-        (``timeouts``), skips for a graph capture, fences with nothing to wait for (``idle``: CUDA not
-        initialized, no active context), detaches whose fence outlasted the adaptive floor
-        (``set_wait``) and last detaches that did not fence (``final``); waits, skips, idle, final and
-        the detaches from a fence's failure on account for every detach."""
+        lengthens the cycle and so the control period). Every detach lands in one count: ``unwaited``
+        (it failed before its wait) or, with a fence, ``fence``'s ``waits`` (of which the bound ended
+        ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
+        longer initialized, no active context), ``final`` (the program's last detach) or ``unfenced``
+        (the fence failed, then or before); ``set_wait`` counts the waits the fence set over the
+        adaptive floor."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     **{k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped", "idle")},
-                    "set_wait": self.fence_set, "final": self.unfenced_final},
+                    "final": self.unfenced_final, "unfenced": self.unfenced, "set_wait": self.fence_set},
+                "unwaited": self.unwaited,
                 "fence_error": self.fence_error}
 
     def wait(self, *, final: bool = False) -> float:
         """Wait before a detach's forced flush; the seconds waited: on the fence (up to ``max_s``) when
         there is one, then the rest of the adaptive wait if the fence returned sooner. No fence for the
-        program's last detach (its context may be going away under the poll) or while a blocking stream
-        captures a graph (skipped). A failed fence is dropped for good, counted once in health."""
+        program's last detach (its context may be going away under the poll) or while a graph capture
+        makes the legacy stream unusable (skipped). A failed fence is dropped for good, counted once in
+        health; the time it took still counts as waited."""
+        self._entered = True
         if self.max_s <= 0:
             return 0.0
         fenced = 0.0
-        self.unfenced_final += self.fence is not None and final
-        if self.fence is not None and not final:
+        if self.fence is None:
+            self.unfenced += self._fence_seen is not None
+        elif final:
+            self.unfenced_final += 1
+        else:
+            t0 = time.perf_counter()
             try:
-                fenced = self.fence.wait(self.max_s) or 0.0  # None: skipped for a graph capture
+                got = self.fence.wait(self.max_s)  # None: skipped for a graph capture
             except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
+                fenced = time.perf_counter() - t0
+                self.unfenced += 1
                 self._drop_fence(str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}")
             else:
-                self._timeouts_in_row = self._timeouts_in_row + 1 if fenced >= self.max_s else 0
+                fenced = got or 0.0
+                if got is not None:  # a skip says nothing about whether the queue ends: the streak stays
+                    self._timeouts_in_row = self._timeouts_in_row + 1 if self.fence.timed_out else 0
                 if self._timeouts_in_row >= FENCE_TIMEOUTS_TO_DROP:
                     self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
                                      "(a kernel that never ends?)")
-        self._fence_set_wait = fenced > self.current_s
+        # within one poll of the floor the floor would have waited as long: the rules' wait, not the fence's
+        self._fence_set_wait = fenced - self.current_s > POLL_S
         self.fence_set += self._fence_set_wait
         rest = self.current_s - fenced
         if rest > 0:
@@ -179,6 +196,8 @@ class DetachDrain:
         wait was the fence's, not the rules': the adaptive wait doubles, and the "waited longer, lost as
         many" rule, which compares waits the rules chose, skips this detach (fence times jitter)."""
         self.detaches += 1
+        self.unwaited += not self._entered
+        self._entered = False
         self.waited_s += waited_s
         self._last_waited_s = waited_s
         self._last = (waited_s, max(lost, 0))

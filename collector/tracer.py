@@ -213,21 +213,23 @@ class CuptiTracer:
             wait = self.drain.wait(final=final)  # the adaptive wait, or until the queued work is done (fence)
             cupti.activity_flush_all(1)
         finally:
-            with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
-                try:
-                    self.finalizer.finalize()
-                finally:
-                    # failures it survived (or that an interrupt masks) count in this window's health
-                    for what in [f"finalize: {w}" for w in self.finalizer.take_unraised()] + self.drain.take_errors():
-                        self.detach_errors += 1  # a failed finalize step, or a fence dropped for the adaptive wait
-                        self.agg.note_health(time.time(), error=what)
-                    # even when it raised: a callback may still finalize later, and an attach must then
-                    # register the buffer callbacks again rather than enable kinds on a detached CUPTI
-                    self.attached = False
-                    self.enabled = False
-            self.trims += trim_heap()
-            # read after cuptiFinalize: every record of this attach has been delivered by then
-            self.drain.note(self.agg.invalid_zero_ts - zero0, wait)
+            try:
+                with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
+                    try:
+                        self.finalizer.finalize()
+                    finally:
+                        # failures it survived (or that an interrupt masks) count in this window's health
+                        for what in [f"finalize: {w}" for w in self.finalizer.take_unraised()] + self.drain.take_errors():
+                            self.detach_errors += 1  # a failed finalize step, or a fence dropped for the adaptive wait
+                            self.agg.note_health(time.time(), error=what)
+                        # even when it raised: a callback may still finalize later, and an attach must then
+                        # register the buffer callbacks again rather than enable kinds on a detached CUPTI
+                        self.attached = False
+                        self.enabled = False
+            finally:  # also when the finalize raised: every detach is noted once, and the heap trimmed
+                # read after cuptiFinalize: every record of this attach has been delivered by then
+                self.drain.note(self.agg.invalid_zero_ts - zero0, wait)
+                self.trims += trim_heap()
         if final and self._dump is not None:
             self._dump.close()
             self._dump = None

@@ -233,3 +233,15 @@ def test_without_libcuda_the_fence_says_why():
             fence.wait(0.01)
     finally:
         ctypes.CDLL = original
+
+
+@pytest.mark.parametrize("failing", ["cuEventDestroy_v2", "cuDevicePrimaryCtxRelease_v2"])
+def test_a_wait_whose_cleanup_fails_counts_as_no_outcome(failing):
+    """The outcome is counted only once the wait has cleaned up: a failure while destroying or
+    releasing raises, and the detach is the drain's (a failed fence), not also a wait here."""
+    drv = StandInDriver(polls=1, fail=failing)
+    fence = StreamFence(lib=drv)
+    with pytest.raises(FenceError, match=failing):
+        fence.wait(1.0)
+    assert (fence.waits, fence.idle, fence.skipped, fence.timeouts, fence.timed_out) == (0, 0, 0, 0, False)
+    assert drv.mode == 0  # the thread's capture mode is back all the same

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -285,6 +286,7 @@ def test_with_a_fence_each_detach_waits_as_long_as_its_queue_up_to_the_bound(tmp
                 now = cupti.state["now"]
                 waited = min(bound_s, max(cupti.state["queue"], default=now) - now)
                 cupti.state["now"] += waited
+                self.timed_out = waited >= bound_s
                 return waited
         collector.drain.StreamFence = VirtualFence
         agg = Aggregator(window_s=60)
@@ -323,7 +325,9 @@ class Fence:
         self.bounds.append(bound_s)
         if self.skip:
             return None
-        return bound_s / 2 if self.takes_s is None else self.takes_s
+        took = bound_s / 2 if self.takes_s is None else self.takes_s
+        self.timed_out = took >= bound_s
+        return took
 
 
 def test_a_failed_fence_is_dropped_once_and_the_adaptive_wait_goes_on():
@@ -398,7 +402,9 @@ def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wa
         errors = [(w.errors, w.last_error) for w in agg._windows.values() if w.errors]
         print(json.dumps([calls, t.detach_errors, errors, t.drain.summary()["fence_error"]]))
     """, CUDAWATCH_DETACH_DRAIN="fence")
-    assert [c for c in calls if c == "fence" or c.startswith("wait")] == ["fence", "wait 0.01", "wait 0.02"]
+    fence_and_waits = [c for c in calls if c == "fence" or c.startswith("wait")]
+    assert fence_and_waits[0] == "fence" and len(fence_and_waits) == 3  # the failed fence's own time counts as waited:
+    assert [float(c.split()[1]) for c in fence_and_waits[1:]] == pytest.approx([0.01, 0.02], abs=1e-3)  # the rest slept
     assert detach_errors == 1 and errors == [[1, "detach fence: cuEventRecord returned CUDA error 700"]]
     assert fence_error == "cuEventRecord returned CUDA error 700"
 
@@ -408,6 +414,8 @@ def test_the_tracers_last_detach_sleeps_the_adaptive_wait_and_never_calls_the_fe
     no fence while the program's contexts may be going away, the adaptive wait alone."""
     calls = _run_stand_in(tmp_path, """
         class Counting:
+            timed_out = False
+
             def wait(self, bound_s):
                 cupti.calls.append("fence")
                 return 0.001
@@ -457,6 +465,7 @@ def test_five_fences_in_a_row_at_the_bound_drop_the_fence_once():
         def wait(self, bound_s):
             self.waits += 1
             self.timeouts += not self.finish
+            self.timed_out = not self.finish
             return 0.001 if self.finish else bound_s
 
     fence = Endless()
@@ -493,3 +502,89 @@ def test_the_summary_accounts_for_every_detach():
     f = d.summary()["fence"]
     assert (f["idle"], f["waits"], f["skipped"], f["final"], f["timeouts"]) == (1, 1, 1, 1, 0)
     assert d.summary()["detaches"] == f["idle"] + f["waits"] + f["skipped"] + f["final"] == 4
+
+
+def test_a_detach_that_fails_is_still_noted_once_and_accounted_for(tmp_path):
+    """An unforced flush that raises (before the wait) lands in ``unwaited``; a finalize that raises
+    (after a fence wait) is still noted. Either way the error reaches the caller, and the detaches
+    equal the fence's waits plus the unwaited ones."""
+    outcomes, summary = _run_stand_in(tmp_path, """
+        class Quick:
+            timed_out, waits = False, 0
+
+            def wait(self, bound_s):
+                self.waits += 1
+                return 0.001
+        collector.drain.StreamFence = Quick
+        agg = Aggregator(window_s=60)
+        t = CuptiTracer(agg)
+        flush, fin = cupti.activity_flush_all, cupti.finalize
+
+        def bad_flush(flag):
+            if not flag:
+                raise cupti.cuptiError(99)
+            flush(flag)
+
+        def bad_finalize():
+            fin()
+            raise cupti.cuptiError(98)
+        outcomes = []
+        for broken in ("flush", None, "finalize"):
+            cupti.activity_flush_all = bad_flush if broken == "flush" else flush
+            cupti.finalize = bad_finalize if broken == "finalize" else fin
+            t.attach()
+            try:
+                t.detach()
+                outcomes.append("ok")
+            except cupti.cuptiError as exc:
+                outcomes.append(str(exc))
+        print(json.dumps([outcomes, t.drain.summary()]))
+    """, CUDAWATCH_DETACH_DRAIN="fence")
+    assert outcomes == ["CUPTI status 99", "ok", "CUPTI status 98"]
+    assert (summary["detaches"], summary["unwaited"], summary["fence"]["waits"]) == (3, 1, 2)
+
+
+def test_a_skip_between_fences_at_the_bound_does_not_restart_their_count():
+    """A kernel that never ends while another stream captures graphs now and then: the skips say
+    nothing about the queue, so four timeouts, a skip and one more timeout drop the fence."""
+    fence = Fence(takes_s=0.02)
+    d = DetachDrain(0.02, fence=fence)
+    for _ in range(4):
+        d.wait()
+    fence.skip = True
+    d.wait()
+    fence.skip = False
+    assert d.fence is fence
+    d.wait()
+    assert d.fence is None and "5 fences in a row" in d.fence_error
+
+
+def test_only_the_fences_own_verdict_counts_as_running_to_the_bound():
+    """Driver calls around the poll that are slow (a full launch queue under sharing) can make a fence
+    take the bound although its events completed: that is a wait, not a kernel that never ends."""
+    class Slow(Fence):
+        def wait(self, bound_s):
+            super().wait(bound_s)
+            self.timed_out = False  # the events completed; the calls around them took the time
+            return bound_s
+
+    d = DetachDrain(0.02, fence=Slow())
+    for _ in range(8):
+        assert d.wait() == 0.02
+    assert d.fence is not None and d.fence_error is None
+
+
+def test_the_time_a_failing_fence_took_counts_as_waited():
+    from collector.cuda_fence import FenceError
+
+    class SlowBroken:
+        def wait(self, bound_s):
+            time.sleep(0.03)
+            raise FenceError("cuEventQuery returned CUDA error 700", 700)
+
+    d = DetachDrain(0.1, fence=SlowBroken())
+    waited = d.wait()
+    assert 0.03 <= waited < 0.09  # the 30 ms it took, not the 10-ms floor slept on top of nothing
+    d.note(0, waited)
+    assert d.summary()["fence"]["unfenced"] == 1 and d.summary()["waited_s"] == waited
+    assert d.fence_error == "cuEventQuery returned CUDA error 700"
