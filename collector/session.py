@@ -29,6 +29,7 @@ from collector.spool import Spool, recover
 
 DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records", "drain_wait_s", "zero_ts")
 DUTY_LOG_MAX = 10_000  # on-phases kept (~3.5 days at the 30 s period)
+STOP_JOIN_S = 10.0  # how long stop() waits for the collector's thread (a detach takes ~1 s at most)
 
 _current: "Session | None" = None
 _lock = threading.Lock()
@@ -135,11 +136,14 @@ class Session:
                 return
             self.stopped = True
         self._stop_evt.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        if other := (self._thread is not None and self._thread is not threading.current_thread()):
+            self._thread.join(timeout=STOP_JOIN_S)
+        stuck = other and self._thread.is_alive()
         on_since = self._on_since
         was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
         try:
+            if stuck:  # still inside a CUPTI or driver call: a second detach beside it would overlap its finalize
+                raise RuntimeError(f"the collector thread did not stop within {STOP_JOIN_S:g} s; its detach is left to it")
             self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
         except Exception as exc:
             self._error(time.time(), "final flush/detach", exc)

@@ -257,3 +257,38 @@ def test_duty_log_rows_carry_the_pause_drain_under_their_names(tmp_path, monkeyp
     got = [(r["drain_wait_s"], r["zero_ts"]) for r in rows]
     assert got[:2] == [(0.031, 7), (0.062, 0)]
     assert all(isinstance(r["records"], int) and r["period_s"] > 0 for r in rows)
+
+
+def test_a_stop_while_the_thread_is_stuck_in_a_detach_leaves_cupti_to_that_detach(tmp_path, monkeypatch):
+    """A detach blocked in a driver call past the join timeout: stop() must not run a second detach
+    beside it (CUPTI calls overlapping a finalize), but count why it did not, and still write shards."""
+    import threading
+
+    from collector import session as session_mod
+    from collector.replay import ReplayTracer
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    monkeypatch.setattr(session_mod, "STOP_JOIN_S", 0.2)
+    entered, release, finals = threading.Event(), threading.Event(), []
+    detach = ReplayTracer.detach
+
+    def stuck_detach(self, *, final=False):
+        finals.append(final)
+        if not final:
+            entered.set()
+            release.wait(10)
+        detach(self, final=final)
+
+    monkeypatch.setattr(ReplayTracer, "detach", stuck_detach)
+    s = session_mod.Session(job="stuck", out=tmp_path, window_s=1, budget_pct=2.0).start()
+    try:
+        assert s.active and entered.wait(20)
+        errors0 = s.errors
+        s.stop()
+        assert finals == [False]  # no final detach beside the stuck one
+        assert s.errors == errors0 + 1 and not s.active
+        health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
+        assert any("did not stop within 0.2 s" in (r.get("last_error") or "") for r in health)  # written all the same
+    finally:
+        release.set()
+        s._thread.join(5)
