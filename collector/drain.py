@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import time
 
-from collector.cuda_fence import POLL_S, FenceError, StreamFence
+from collector.cuda_fence import FenceError, StreamFence
 
 #: Longest wait (seconds). 100 ms holds ~6,600 queued 15 us kernels or ~65 queued 8192^3 bf16
 #: matmuls; with the 16-77 ms a detach + attach takes, a cycle at the longest wait costs 116-177 ms,
@@ -109,7 +109,7 @@ class DetachDrain:
         self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
         self.unfenced_final = 0  # last detaches that did not fence although a fence was there
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
-        self.unwaited = 0  # detaches that failed before their wait (disabling the kinds, the first flush)
+        self.unwaited = 0  # detaches without a completed wait: a failure before it, or an interrupt in it
         self._entered = False  # whether the current detach reached ``wait()``
         self._errors: list[str] = []
 
@@ -119,8 +119,8 @@ class DetachDrain:
         (it failed before its wait) or, with a fence, ``fence``'s ``waits`` (of which the bound ended
         ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
         longer initialized, no active context), ``final`` (the program's last detach) or ``unfenced``
-        (the fence failed, then or before); ``set_wait`` counts the waits the fence set over the
-        adaptive floor."""
+        (the fence failed, then or before; also a last detach after that); an interrupted wait counts
+        as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
@@ -148,20 +148,23 @@ class DetachDrain:
             t0 = time.perf_counter()
             try:
                 got = self.fence.wait(self.max_s)  # None: skipped for a graph capture
+                timed_out = got is not None and self.fence.timed_out
             except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
                 fenced = time.perf_counter() - t0
                 self.unfenced += 1
                 self._drop_fence(str(exc) if isinstance(exc, FenceError) else f"{type(exc).__name__}: {exc}")
+            except BaseException:  # an interrupt: no wait completed, and the fence stays
+                self._entered = False
+                raise
             else:
                 fenced = got or 0.0
+                self.fence_set += fenced > self.current_s
                 if got is not None:  # a skip says nothing about whether the queue ends: the streak stays
-                    self._timeouts_in_row = self._timeouts_in_row + 1 if self.fence.timed_out else 0
+                    self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
                 if self._timeouts_in_row >= FENCE_TIMEOUTS_TO_DROP:
                     self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
                                      "(a kernel that never ends?)")
-        # within one poll of the floor the floor would have waited as long: the rules' wait, not the fence's
-        self._fence_set_wait = fenced - self.current_s > POLL_S
-        self.fence_set += self._fence_set_wait
+        self._fence_set_wait = fenced > self.current_s  # the wait was the fence's (or a failing one's), not the rules'
         rest = self.current_s - fenced
         if rest > 0:
             time.sleep(rest)

@@ -29,7 +29,7 @@ from collector.spool import Spool, recover
 
 DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records", "drain_wait_s", "zero_ts")
 DUTY_LOG_MAX = 10_000  # on-phases kept (~3.5 days at the 30 s period)
-STOP_JOIN_S = 10.0  # how long stop() waits for the collector's thread (a detach takes ~1 s at most)
+STOP_JOIN_S = 10.0  # how long stop() waits for the collector's thread (a detach's own waits end within ~1 s)
 
 _current: "Session | None" = None
 _lock = threading.Lock()
@@ -138,19 +138,19 @@ class Session:
         self._stop_evt.set()
         if other := (self._thread is not None and self._thread is not threading.current_thread()):
             self._thread.join(timeout=STOP_JOIN_S)
-        stuck = other and self._thread.is_alive()
+        stuck = other and self._thread.is_alive() and self.tracer.busy > 0  # blocked in a CUPTI or driver call
         on_since = self._on_since
         was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
         try:
-            if stuck:  # still inside a CUPTI or driver call: a second detach beside it would overlap its finalize
-                raise RuntimeError(f"the collector thread did not stop within {STOP_JOIN_S:g} s; its detach is left to it")
+            if stuck:  # a detach beside that call would overlap it (a finalize, a flush): left to the thread
+                raise RuntimeError(f"the collector thread is still in a CUPTI or driver call after {STOP_JOIN_S:g} s")
             self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
         except Exception as exc:
             self._error(time.time(), "final flush/detach", exc)
         now = time.time()
         if was_on and on_since is not None:
             self.agg.add_traced_time(on_since, off_at)
-        self._account(now, on_s=0.0)
+        self._account(now, on_s=0.0, ask_cupti=not stuck)
         self.meta.alive_to_s = now
         self.meta.devices = self.meta.devices or self._device_map(now)
         self._write_duty_log(now)  # before the last windows are taken, so a failure is counted in them
@@ -270,14 +270,14 @@ class Session:
         self._on_since = time.time()
         return True
 
-    def _account(self, now: float, on_s: float):
+    def _account(self, now: float, on_s: float, ask_cupti: bool = True):
         t = self.tracer
         k, c, cb, ovh = t.kernels, t.copies, t.callback_s, t.overhead_ns
         lk, lc, lcb, lovh = self._last
         self._last = (k, c, cb, ovh)
         est = self.controller.estimate(on_s, k - lk, c - lc, cb - lcb, (ovh - lovh) * 1e-9)
         try:
-            dropped = t.dropped()
+            dropped = t.dropped() if ask_cupti else 0
         except Exception as exc:
             dropped = 0
             self._error(now, "cuptiActivityGetNumDroppedRecords", exc)

@@ -25,6 +25,7 @@ or an application thread's API exit with ``CUDAWATCH_FINALIZE=callback``) is
 from __future__ import annotations
 
 import ctypes
+import functools
 import gzip
 import json
 import threading
@@ -63,6 +64,19 @@ def cupti_version() -> str:
     return "; ".join(parts) or "unknown"
 
 
+def _busy(method):
+    """Count the tracer busy while ``method`` runs CUPTI or driver calls: ``Session.stop`` must not
+    detach beside a call the collector's thread is still blocked in."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        self.busy += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.busy -= 1
+    return run
+
+
 class CuptiTracer:
     """Registers buffer callbacks, enables/disables the traced kinds, flushes and detaches.
 
@@ -92,6 +106,7 @@ class CuptiTracer:
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
+        self.busy = 0  # calls in progress that reach CUPTI or the driver (``_busy``)
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
         self._dump_left = dump_max
@@ -147,6 +162,7 @@ class CuptiTracer:
             self._dump = None
 
     # ---- control -------------------------------------------------------------------------
+    @_busy
     def attach(self) -> None:
         """Register callbacks, bound the buffers and enable the traced kinds (attaches CUPTI)."""
         with self._lock:
@@ -162,6 +178,7 @@ class CuptiTracer:
             self.attached = True
         self.enable()
 
+    @_busy
     def enable(self) -> None:
         with self._lock:
             if self.enabled:
@@ -170,6 +187,7 @@ class CuptiTracer:
                 cupti.activity_enable(kind)
             self.enabled = True
 
+    @_busy
     def disable(self) -> None:
         with self._lock:
             if not self.enabled:
@@ -178,12 +196,14 @@ class CuptiTracer:
                 cupti.activity_disable(kind)
             self.enabled = False
 
+    @_busy
     def flush(self, force: bool = False) -> None:
         """Deliver completed buffers to the callback now; ``force`` also delivers partly filled ones
         (records of kernels still in flight then have no timestamps: use only right before detaching)."""
         if self.attached:
             cupti.activity_flush_all(1 if force else 0)
 
+    @_busy
     def dropped(self) -> int:
         """Records CUPTI dropped for lack of buffer space since the last call (raises cuptiError)."""
         if not self.attached:
@@ -197,6 +217,7 @@ class CuptiTracer:
         deliver what completed, force out the rest and ``cuptiFinalize`` (detach)."""
         self.detach()
 
+    @_busy
     def detach(self, *, final: bool = False) -> None:
         """Disable, flush unforced, wait for queued kernels (``self.drain``), flush forced and
         ``cuptiFinalize`` (``self.finalizer``: here, or at an application thread's API exit): CUPTI

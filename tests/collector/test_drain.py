@@ -499,9 +499,22 @@ def test_the_summary_accounts_for_every_detach():
     d.note(0, d.wait())
     drv.capture = None
     d.note(0, d.wait(final=True))
-    f = d.summary()["fence"]
-    assert (f["idle"], f["waits"], f["skipped"], f["final"], f["timeouts"]) == (1, 1, 1, 1, 0)
-    assert d.summary()["detaches"] == f["idle"] + f["waits"] + f["skipped"] + f["final"] == 4
+    drv.fail = "cuEventRecord"  # the fence fails: dropped, this detach and the rest unfenced
+    d.note(0, d.wait())
+    d.note(0, d.wait(final=True))
+    try:  # an interrupt in a wait: no wait completed
+        d.fence = Interrupting()
+        d.note(0, d.wait())
+    except KeyboardInterrupt:
+        d.note(0, 0.0)
+    f, summary = d.summary()["fence"], d.summary()
+    assert (f["idle"], f["waits"], f["skipped"], f["final"], f["unfenced"], summary["unwaited"]) == (1, 1, 1, 1, 2, 1)
+    assert summary["detaches"] == sum(f[k] for k in ("idle", "waits", "skipped", "final", "unfenced")) + summary["unwaited"] == 7
+
+
+class Interrupting:
+    def wait(self, bound_s):
+        raise KeyboardInterrupt
 
 
 def test_a_detach_that_fails_is_still_noted_once_and_accounted_for(tmp_path):

@@ -259,9 +259,9 @@ def test_duty_log_rows_carry_the_pause_drain_under_their_names(tmp_path, monkeyp
     assert all(isinstance(r["records"], int) and r["period_s"] > 0 for r in rows)
 
 
-def test_a_stop_while_the_thread_is_stuck_in_a_detach_leaves_cupti_to_that_detach(tmp_path, monkeypatch):
-    """A detach blocked in a driver call past the join timeout: stop() must not run a second detach
-    beside it (CUPTI calls overlapping a finalize), but count why it did not, and still write shards."""
+def _stuck_session(tmp_path, monkeypatch, where: str):
+    """A replay session whose collector thread blocks (until released) in its first detach (``where`` =
+    "detach": inside a CUPTI call sequence, counted busy) or in closing windows ("spool": not in CUPTI)."""
     import threading
 
     from collector import session as session_mod
@@ -269,26 +269,64 @@ def test_a_stop_while_the_thread_is_stuck_in_a_detach_leaves_cupti_to_that_detac
 
     monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
     monkeypatch.setattr(session_mod, "STOP_JOIN_S", 0.2)
-    entered, release, finals = threading.Event(), threading.Event(), []
-    detach = ReplayTracer.detach
+    entered, release, finals, dropped_on = threading.Event(), threading.Event(), [], []
+    detach, dropped, close = ReplayTracer.detach, ReplayTracer.dropped, session_mod.Session._close_windows
+
+    def block():
+        entered.set()
+        release.wait(10)
 
     def stuck_detach(self, *, final=False):
         finals.append(final)
-        if not final:
-            entered.set()
-            release.wait(10)
-        detach(self, final=final)
+        self.busy += 1  # what CuptiTracer's methods count while in CUPTI
+        try:
+            if not final and where == "detach":
+                block()
+            detach(self, final=final)
+        finally:
+            self.busy -= 1
+
+    def stuck_close(self, now):
+        if where == "spool" and not entered.is_set():
+            block()
+        close(self, now)
+
+    def recording_dropped(self):
+        dropped_on.append(threading.current_thread() is threading.main_thread())
+        return dropped(self)
 
     monkeypatch.setattr(ReplayTracer, "detach", stuck_detach)
+    monkeypatch.setattr(ReplayTracer, "dropped", recording_dropped)
+    monkeypatch.setattr(session_mod.Session, "_close_windows", stuck_close)
     s = session_mod.Session(job="stuck", out=tmp_path, window_s=1, budget_pct=2.0).start()
+    return s, entered, release, finals, dropped_on
+
+
+def test_a_stop_while_the_thread_is_stuck_in_a_cupti_call_leaves_cupti_to_it(tmp_path, monkeypatch):
+    """A detach blocked in a driver call past the join timeout: stop() must not run a second detach
+    (or ask CUPTI anything) beside it, but count why, and still write shards."""
+    s, entered, release, finals, dropped_on = _stuck_session(tmp_path, monkeypatch, "detach")
     try:
         assert s.active and entered.wait(20)
         errors0 = s.errors
         s.stop()
         assert finals == [False]  # no final detach beside the stuck one
+        assert True not in dropped_on  # nor a dropped-records query from stop()
         assert s.errors == errors0 + 1 and not s.active
         health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
-        assert any("did not stop within 0.2 s" in (r.get("last_error") or "") for r in health)  # written all the same
+        assert any("still in a CUPTI or driver call after 0.2 s" in (r.get("last_error") or "") for r in health)
+    finally:
+        release.set()
+        s._thread.join(5)
+
+
+def test_a_stop_while_the_thread_is_stuck_outside_cupti_still_detaches(tmp_path, monkeypatch):
+    """Stuck writing the spool (a hung file system), not in CUPTI: the final detach runs as usual."""
+    s, entered, release, finals, _ = _stuck_session(tmp_path, monkeypatch, "spool")
+    try:
+        assert s.active and entered.wait(20)
+        s.stop()
+        assert finals and finals[-1] is True and s._thread.is_alive()
     finally:
         release.set()
         s._thread.join(5)
