@@ -24,8 +24,9 @@ from pathlib import Path
 from collector.aggregate import Aggregator
 from collector.control import DutyController
 from collector.host import device_map, job_name, preflight, warn_once  # noqa: F401  (re-exported)
-from collector.rows import ProcessMeta, quality_of
+from collector.rows import ProcessMeta
 from collector.spool import Spool, recover
+from collector.status import write_status
 
 DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records", "drain_wait_s", "zero_ts")
 DUTY_LOG_MAX = 10_000  # on-phases kept (~3.5 days at the 30 s period)
@@ -157,7 +158,7 @@ class Session:
         self.spool.add_windows(self.agg.take_all())
         self.spool.rotate(final=True)
         self.spool.close()
-        self._write_status(now)
+        write_status(self, now)
         self.active = False
 
     def _write_duty_log(self, now: float) -> None:
@@ -292,32 +293,7 @@ class Session:
         period = self.controller.period_s() if self.adaptive else self.period_s
         closed = self.spool.close_and_rotate(self.agg, now, period, before_spooling=rows_need_devices)
         if closed:
-            self._write_status(now, closed[-1])
-
-    def _write_status(self, now: float, window=None) -> None:
-        """A small JSON the node agent exports as Prometheus metrics (``ROOT/.status/``)."""
-        try:
-            d = self.out / ".status"
-            d.mkdir(parents=True, exist_ok=True)
-            alive = max(now - self.meta.alive_from_s, 1e-9) if window is None else self.window_s
-            a = self.agg
-            status = {"host": self.meta.host, "pid": self.meta.pid, "job": self.job, "run_id": self.meta.run_id,
-                      "ts": now, "duty": self.controller.duty if self.adaptive else 1.0,
-                      "overhead_pct": 100.0 * (window.cost_s if window else 0.0) / alive,
-                      "budget_pct": self.budget_pct, "dropped_records": window.dropped if window else 0,
-                      "records": a.records_total, "shards_written": self.spool.shards_total,
-                      "running": not self.stopped,
-                      # data quality: totals since start (Prometheus counters) and the last closed window
-                      "records_delivered_total": a.delivered_total, "records_valid_total": a.valid_total,
-                      "records_invalid_total": {"zero_timestamp": a.invalid_zero_ts, "end_before_start": a.invalid_order},
-                      "dropped_records_total": self.dropped_total, "collector_errors_total": self.errors + self.tracer.detach_errors,
-                      "window_quality": quality_of(window) if window is not None else None}
-            tmp = d / f".tmp-{self.meta.host}-{self.meta.pid}.json"
-            tmp.write_text(json.dumps(status))
-            os.replace(tmp, d / f"{self.meta.host}-{self.meta.pid}.json")
-        except OSError as exc:
-            self.errors += 1  # counted in collector_errors_total; the next status write retries
-            self._status_error = f"{type(exc).__name__}: {exc}"
+            write_status(self, now, closed[-1])
 
     # ---- cooperation ---------------------------------------------------------------------
     def _on_sigterm(self, signum, frame) -> None:
