@@ -109,7 +109,7 @@ class DetachDrain:
         self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
         self.unfenced_final = 0  # last detaches that did not fence although a fence was there
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
-        self.unwaited = 0  # detaches without a completed wait: a failure before it, or an interrupt in it
+        self.unwaited = 0  # detaches without a completed wait: a failure before it, an interrupted fence
         self._entered = False  # whether the current detach reached ``wait()``
         self._errors: list[str] = []
 
@@ -119,8 +119,8 @@ class DetachDrain:
         (it failed before its wait) or, with a fence, ``fence``'s ``waits`` (of which the bound ended
         ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
         longer initialized, no active context), ``final`` (the program's last detach) or ``unfenced``
-        (the fence failed, then or before; also a last detach after that); an interrupted wait counts
-        as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor."""
+        (the fence failed, then or before; also a last detach after that); an interrupted fence wait
+        counts as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),

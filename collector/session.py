@@ -30,7 +30,7 @@ from collector.status import write_status
 
 DUTY_LOG_FIELDS = ("off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records", "drain_wait_s", "zero_ts")
 DUTY_LOG_MAX = 10_000  # on-phases kept (~3.5 days at the 30 s period)
-STOP_JOIN_S = 10.0  # how long stop() waits for the collector's thread (a detach's own waits end within ~1 s)
+STOP_JOIN_S = 10.0  # how long stop() waits for the collector's thread (then: is it blocked in a CUPTI call?)
 
 _current: "Session | None" = None
 _lock = threading.Lock()
@@ -75,6 +75,7 @@ class Session:
         self.controller = DutyController(self.budget_pct, min_period_s=self.period_s,
                                          max_period_s=max(30.0, self.period_s))
         self._stop_evt = threading.Event()
+        self._detach_left = False  # stop() found this thread in a CUPTI call: the thread detaches at its end
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
@@ -144,6 +145,7 @@ class Session:
         was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
         try:
             if stuck:  # a detach beside that call would overlap it (a finalize, a flush): left to the thread
+                self._detach_left = True
                 raise RuntimeError(f"the collector thread is still in a CUPTI or driver call after {STOP_JOIN_S:g} s")
             self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
         except Exception as exc:
@@ -153,7 +155,7 @@ class Session:
             self.agg.add_traced_time(on_since, off_at)
         self._account(now, on_s=0.0, ask_cupti=not stuck)
         self.meta.alive_to_s = now
-        self.meta.devices = self.meta.devices or self._device_map(now)
+        self.meta.devices = self.meta.devices or ({} if stuck else self._device_map(now))  # NVML may hang as CUDA did
         self._write_duty_log(now)  # before the last windows are taken, so a failure is counted in them
         self.spool.add_windows(self.agg.take_all())
         self.spool.rotate(final=True)
@@ -181,6 +183,16 @@ class Session:
     _last = (0, 0, 0.0, 0)
 
     def _loop(self) -> None:
+        try:
+            self._cycle()
+        finally:  # a stop() that found this thread in a CUPTI call left the last detach to it
+            if self._detach_left and self.tracer.attached:
+                try:
+                    self.tracer.detach(final=True)
+                except Exception as exc:
+                    self._error(time.time(), "final detach (after stop)", exc)
+
+    def _cycle(self) -> None:
         self._on_since = time.time()
         next_rotate = 0.0
         ctl = self.controller

@@ -32,5 +32,5 @@ def write_status(s, now: float, window=None) -> None:
         tmp.write_text(json.dumps(status))
         os.replace(tmp, d / f"{s.meta.host}-{s.meta.pid}.json")
     except OSError as exc:
-        s.errors += 1  # counted in collector_errors_total; the next status write retries
-        s._status_error = f"{type(exc).__name__}: {exc}"
+        s.errors += 1  # counted in collector_errors_total and the window's health; the next write retries
+        s.agg.note_health(now, error=f"writing the status file: {type(exc).__name__}: {exc}")

@@ -601,3 +601,33 @@ def test_the_time_a_failing_fence_took_counts_as_waited():
     d.note(0, waited)
     assert d.summary()["fence"]["unfenced"] == 1 and d.summary()["waited_s"] == waited
     assert d.fence_error == "cuEventQuery returned CUDA error 700"
+
+
+def test_the_tracer_counts_itself_busy_through_a_whole_detach(tmp_path):
+    """``Session.stop`` reads ``busy`` to tell whether the collector's thread is inside CUPTI: it must
+    stay up through the drain's wait and come back to 0 after a detach, also one that raised."""
+    seen, after, after_error = _run_stand_in(tmp_path, """
+        agg = Aggregator(window_s=60)
+        t = CuptiTracer(agg)
+        seen, wait = [], t.drain.wait
+
+        def watching(**kw):
+            seen.append(t.busy)
+            return wait(**kw)
+        t.drain.wait = watching
+        t.attach()
+        t.pause()
+        after = t.busy
+        flush = cupti.activity_flush_all
+
+        def bad_flush(flag):
+            raise cupti.cuptiError(99)
+        cupti.activity_flush_all = bad_flush
+        t.attach()
+        try:
+            t.detach()
+        except cupti.cuptiError:
+            pass
+        print(json.dumps([seen, after, t.busy]))
+    """)
+    assert seen == [1] and after == 0 and after_error == 0

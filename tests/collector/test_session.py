@@ -261,7 +261,8 @@ def test_duty_log_rows_carry_the_pause_drain_under_their_names(tmp_path, monkeyp
 
 def _stuck_session(tmp_path, monkeypatch, where: str):
     """A replay session whose collector thread blocks (until released) in its first detach (``where`` =
-    "detach": inside a CUPTI call sequence, counted busy) or in closing windows ("spool": not in CUPTI)."""
+    "detach": inside a CUPTI call sequence, counted busy), in a flush of a session that traces all the
+    time ("flush": busy, and no detach follows in the loop) or in closing windows ("spool": not in CUPTI)."""
     import threading
 
     from collector import session as session_mod
@@ -270,7 +271,8 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
     monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
     monkeypatch.setattr(session_mod, "STOP_JOIN_S", 0.2)
     entered, release, finals, dropped_on = threading.Event(), threading.Event(), [], []
-    detach, dropped, close = ReplayTracer.detach, ReplayTracer.dropped, session_mod.Session._close_windows
+    detach, dropped, flush = ReplayTracer.detach, ReplayTracer.dropped, ReplayTracer.flush
+    close = session_mod.Session._close_windows
 
     def block():
         entered.set()
@@ -286,6 +288,15 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
         finally:
             self.busy -= 1
 
+    def stuck_flush(self, force=True):
+        self.busy += 1
+        try:
+            if where == "flush" and not force and not entered.is_set():
+                block()
+            flush(self, force)
+        finally:
+            self.busy -= 1
+
     def stuck_close(self, now):
         if where == "spool" and not entered.is_set():
             block()
@@ -297,8 +308,9 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
 
     monkeypatch.setattr(ReplayTracer, "detach", stuck_detach)
     monkeypatch.setattr(ReplayTracer, "dropped", recording_dropped)
+    monkeypatch.setattr(ReplayTracer, "flush", stuck_flush)
     monkeypatch.setattr(session_mod.Session, "_close_windows", stuck_close)
-    s = session_mod.Session(job="stuck", out=tmp_path, window_s=1, budget_pct=2.0).start()
+    s = session_mod.Session(job="stuck", out=tmp_path, window_s=1, budget_pct=2.0, adaptive=where != "flush").start()
     return s, entered, release, finals, dropped_on
 
 
@@ -330,3 +342,17 @@ def test_a_stop_while_the_thread_is_stuck_outside_cupti_still_detaches(tmp_path,
     finally:
         release.set()
         s._thread.join(5)
+
+
+def test_a_thread_stuck_in_a_cupti_call_detaches_itself_once_it_returns(tmp_path, monkeypatch):
+    """Stuck in an unforced flush of a session tracing all the time: stop() leaves CUPTI alone, and
+    the thread, once the call returns, detaches at its end instead of leaving CUPTI attached."""
+    s, entered, release, finals, _ = _stuck_session(tmp_path, monkeypatch, "flush")
+    try:
+        assert s.active and entered.wait(20)
+        s.stop()
+        assert finals == [] and s.tracer.attached  # nothing beside the stuck flush
+    finally:
+        release.set()
+        s._thread.join(5)
+    assert finals == [True] and not s.tracer.attached
