@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import time
 
 from collector.aggregate import Aggregator
@@ -56,7 +57,7 @@ class ReplayTracer:
         self.buffers_requested = self.buffers_completed = 0
         self.attached = self.enabled = False
         self.detach_errors = 0  # CuptiTracer's interface: a replay has no cuptiFinalize or fence to fail
-        self.busy = 0  # and never blocks in a driver call
+        self.op_lock = threading.RLock()  # CuptiTracer's interface; a replay never blocks in a driver call
         self.drain = DetachDrain(0.0)  # recorded records are complete: a detach never waits
         self.clock_offset_ns = 0
         self._delivered_until = 0  # replay-relative ns already handed out

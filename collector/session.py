@@ -75,7 +75,7 @@ class Session:
         self.controller = DutyController(self.budget_pct, min_period_s=self.period_s,
                                          max_period_s=max(30.0, self.period_s))
         self._stop_evt = threading.Event()
-        self._detach_left = False  # stop() found this thread in a CUPTI call: the thread detaches at its end
+        self._detach_left = False  # stop() ran: the thread detaches at its end if still attached (stop() found it in CUPTI)
         self._thread: threading.Thread | None = None
         self._prev_sigterm = None
         self._stop_lock = threading.Lock()
@@ -138,24 +138,28 @@ class Session:
                 return
             self.stopped = True
         self._stop_evt.set()
-        if other := (self._thread is not None and self._thread is not threading.current_thread()):
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=STOP_JOIN_S)
-        stuck = other and self._thread.is_alive() and self.tracer.busy > 0  # blocked in a CUPTI or driver call
-        on_since = self._on_since
-        was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
+        self._detach_left = True  # whoever holds the tracer last detaches it: this call, or the thread at its end
+        free = self.tracer.op_lock.acquire(blocking=False)  # not free: the thread is blocked in a CUPTI or driver call
         try:
-            if stuck:  # a detach beside that call would overlap it (a finalize, a flush): left to the thread
-                self._detach_left = True
-                raise RuntimeError(f"the collector thread is still in a CUPTI or driver call after {STOP_JOIN_S:g} s")
-            self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
-        except Exception as exc:
-            self._error(time.time(), "final flush/detach", exc)
-        now = time.time()
-        if was_on and on_since is not None:
-            self.agg.add_traced_time(on_since, off_at)
-        self._account(now, on_s=0.0, ask_cupti=not stuck)
+            on_since = self._on_since
+            was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
+            try:
+                if not free:  # a detach beside that call would overlap it (a finalize, a flush): left to the thread
+                    raise RuntimeError(f"the collector thread is still in a CUPTI or driver call after {STOP_JOIN_S:g} s")
+                self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
+            except Exception as exc:
+                self._error(time.time(), "final flush/detach", exc)
+            now = time.time()
+            if was_on and on_since is not None:
+                self.agg.add_traced_time(on_since, off_at)
+            self._account(now, on_s=0.0, ask_cupti=free)
+        finally:
+            if free:
+                self.tracer.op_lock.release()
         self.meta.alive_to_s = now
-        self.meta.devices = self.meta.devices or ({} if stuck else self._device_map(now))  # NVML may hang as CUDA did
+        self.meta.devices = self.meta.devices or (self._device_map(now) if free else {})  # NVML may hang as CUDA did
         self._write_duty_log(now)  # before the last windows are taken, so a failure is counted in them
         self.spool.add_windows(self.agg.take_all())
         self.spool.rotate(final=True)
@@ -186,11 +190,12 @@ class Session:
         try:
             self._cycle()
         finally:  # a stop() that found this thread in a CUPTI call left the last detach to it
-            if self._detach_left and self.tracer.attached:
-                try:
-                    self.tracer.detach(final=True)
-                except Exception as exc:
-                    self._error(time.time(), "final detach (after stop)", exc)
+            if self._detach_left:
+                with self.tracer.op_lock:
+                    try:
+                        self.tracer.detach(final=True)  # nothing to do when stop() detached
+                    except Exception as exc:
+                        self._error(time.time(), "final detach (after stop)", exc)
 
     def _cycle(self) -> None:
         self._on_since = time.time()

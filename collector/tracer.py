@@ -65,15 +65,12 @@ def cupti_version() -> str:
 
 
 def _busy(method):
-    """Count the tracer busy while ``method`` runs CUPTI or driver calls: ``Session.stop`` must not
-    detach beside a call the collector's thread is still blocked in."""
+    """Hold the tracer's operation lock while ``method`` runs CUPTI or driver calls: ``Session.stop``
+    takes it for its final detach, so it never detaches beside a call the collector's thread is in."""
     @functools.wraps(method)
     def run(self, *args, **kwargs):
-        self.busy += 1
-        try:
+        with self.op_lock:
             return method(self, *args, **kwargs)
-        finally:
-            self.busy -= 1
     return run
 
 
@@ -106,7 +103,7 @@ class CuptiTracer:
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
-        self.busy = 0  # calls in progress that reach CUPTI or the driver (``_busy``)
+        self.op_lock = threading.RLock()  # held by calls that reach CUPTI or the driver (``_busy``)
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
         self._dump_left = dump_max

@@ -603,22 +603,34 @@ def test_the_time_a_failing_fence_took_counts_as_waited():
     assert d.fence_error == "cuEventQuery returned CUDA error 700"
 
 
-def test_the_tracer_counts_itself_busy_through_a_whole_detach(tmp_path):
-    """``Session.stop`` reads ``busy`` to tell whether the collector's thread is inside CUPTI: it must
-    stay up through the drain's wait and come back to 0 after a detach, also one that raised."""
+def test_the_tracer_holds_its_operation_lock_through_a_whole_detach(tmp_path):
+    """``Session.stop`` takes ``op_lock`` to tell whether the collector's thread is inside CUPTI: the
+    thread must hold it through the drain's wait, and let it go after a detach, also one that raised."""
     seen, after, after_error = _run_stand_in(tmp_path, """
+        import threading
         agg = Aggregator(window_s=60)
         t = CuptiTracer(agg)
+
+        def free():  # asked from another thread, as stop() does
+            got = []
+
+            def probe():
+                got.append(t.op_lock.acquire(blocking=False))
+                if got[0]:
+                    t.op_lock.release()
+            th = threading.Thread(target=probe)
+            th.start()
+            th.join()
+            return got[0]
         seen, wait = [], t.drain.wait
 
         def watching(**kw):
-            seen.append(t.busy)
+            seen.append(free())
             return wait(**kw)
         t.drain.wait = watching
         t.attach()
         t.pause()
-        after = t.busy
-        flush = cupti.activity_flush_all
+        after = free()
 
         def bad_flush(flag):
             raise cupti.cuptiError(99)
@@ -628,6 +640,6 @@ def test_the_tracer_counts_itself_busy_through_a_whole_detach(tmp_path):
             t.detach()
         except cupti.cuptiError:
             pass
-        print(json.dumps([seen, after, t.busy]))
+        print(json.dumps([seen, after, free()]))
     """)
-    assert seen == [1] and after == 0 and after_error == 0
+    assert seen == [False] and after is True and after_error is True

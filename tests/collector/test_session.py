@@ -261,8 +261,8 @@ def test_duty_log_rows_carry_the_pause_drain_under_their_names(tmp_path, monkeyp
 
 def _stuck_session(tmp_path, monkeypatch, where: str):
     """A replay session whose collector thread blocks (until released) in its first detach (``where`` =
-    "detach": inside a CUPTI call sequence, counted busy), in a flush of a session that traces all the
-    time ("flush": busy, and no detach follows in the loop) or in closing windows ("spool": not in CUPTI)."""
+    "detach": inside a CUPTI call sequence, holding the tracer's lock), in a flush of a session that
+    traces all the time ("flush": holding it, and no detach follows in the loop) or in closing windows ("spool": not in CUPTI)."""
     import threading
 
     from collector import session as session_mod
@@ -280,22 +280,16 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
 
     def stuck_detach(self, *, final=False):
         finals.append(final)
-        self.busy += 1  # what CuptiTracer's methods count while in CUPTI
-        try:
+        with self.op_lock:  # what CuptiTracer's methods hold while in CUPTI
             if not final and where == "detach":
                 block()
             detach(self, final=final)
-        finally:
-            self.busy -= 1
 
     def stuck_flush(self, force=True):
-        self.busy += 1
-        try:
+        with self.op_lock:
             if where == "flush" and not force and not entered.is_set():
                 block()
             flush(self, force)
-        finally:
-            self.busy -= 1
 
     def stuck_close(self, now):
         if where == "spool" and not entered.is_set():
@@ -338,7 +332,7 @@ def test_a_stop_while_the_thread_is_stuck_outside_cupti_still_detaches(tmp_path,
     try:
         assert s.active and entered.wait(20)
         s.stop()
-        assert finals and finals[-1] is True and s._thread.is_alive()
+        assert finals and finals[-1] is True and s._thread.is_alive() and not s.tracer.attached
     finally:
         release.set()
         s._thread.join(5)
