@@ -141,8 +141,9 @@ class Session:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=STOP_JOIN_S)
         self._detach_left = True  # whoever holds the tracer last detaches it: this call, or the thread at its end
-        free = self.tracer.op_lock.acquire(blocking=False)  # not free: the thread is blocked in a CUPTI or driver call
+        free = False
         try:
+            free = self.tracer.op_lock.acquire(blocking=False)  # not free: the thread is blocked in a CUPTI or driver call
             on_since = self._on_since
             was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
             try:

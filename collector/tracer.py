@@ -103,7 +103,9 @@ class CuptiTracer:
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
-        self.op_lock = threading.RLock()  # held by calls that reach CUPTI or the driver (``_busy``)
+        # held by calls that reach CUPTI or the driver (``_busy``); re-entrant, so its owner's own
+        # non-blocking acquire succeeds: Session.stop is never reached from inside a tracer call
+        self.op_lock = threading.RLock()
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
         self._dump_left = dump_max
