@@ -198,7 +198,7 @@ class StreamFence:
         if not devices:
             self.idle += 1
             return 0.0
-        mode, swapped = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED), False
+        mode, swapped, skipped = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED), False, False
         armed, pending = [], []
         try:
             self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # relaxed; mode: the old one
@@ -214,11 +214,11 @@ class StreamFence:
             finally:
                 self._release(armed)
         except FenceSkipped:
-            armed = None
+            skipped = True
         finally:
             if swapped:
                 self._call("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))  # back to the thread's old mode
-        if armed is None:
+        if skipped:
             self.skipped += 1
             return None
         self.waits += bool(armed)
