@@ -11,7 +11,9 @@ from collector.rows import quality_of
 
 def write_status(s, now: float, window=None) -> None:
     """Write session ``s``'s status at ``now`` (after ``window`` closed, if given) atomically; a
-    failure is counted in its errors and retried at the next write."""
+    failure is counted in its errors (``collector_errors_total`` of the next write) and noted in the
+    open window's health, retried at the next write. The write at stop comes after the last shards,
+    so its failure is only counted."""
     try:
         d = s.out / ".status"
         d.mkdir(parents=True, exist_ok=True)

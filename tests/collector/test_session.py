@@ -350,3 +350,30 @@ def test_a_thread_stuck_in_a_cupti_call_detaches_itself_once_it_returns(tmp_path
         release.set()
         s._thread.join(5)
     assert finals == [True] and not s.tracer.attached
+
+
+def test_the_status_file_for_the_node_agent_and_a_failure_to_write_it(tmp_path, monkeypatch):
+    """``collector.status.write_status``: the JSON the agent exports (totals, not running after stop);
+    a status folder that cannot be made is counted in the errors and named in a window's health."""
+    from collector import session as session_mod
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    monkeypatch.setenv("CUDAWATCH_REPLAY_SPEED", "8")
+    ok, bad = tmp_path / "ok", tmp_path / "bad"
+    bad.mkdir()
+    (bad / ".status").write_text("a file where the folder should be")
+    for out in (ok, bad):
+        # tracing all the time at a 1-s period, windows close while it runs (grace 3 s): a failed
+        # write there is noted in a window still open, so it reaches the shards
+        s = session_mod.Session(job="status", out=out, window_s=1, adaptive=False).start()
+        time.sleep(5 if out is bad else 1)
+        s.stop()
+        health = [r for f in list_shards(out, "health") for r in read_shard(f).to_pylist()]
+        failed = [r for r in health if "writing the status file" in (r.get("last_error") or "")]
+        if out is ok:
+            [path] = (out / ".status").glob("*.json")
+            status = json.loads(path.read_text())
+            assert status["job"] == "status" and status["running"] is False and status["records"] > 0
+            assert status["records_delivered_total"] >= status["records_valid_total"] > 0 and not failed
+        else:
+            assert failed and s.errors >= 2  # one while running, one at the stop (after the last shards)
