@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -587,17 +586,25 @@ def test_only_the_fences_own_verdict_counts_as_running_to_the_bound():
     assert d.fence is not None and d.fence_error is None
 
 
-def test_the_time_a_failing_fence_took_counts_as_waited():
+def test_the_time_a_failing_fence_took_counts_as_waited(monkeypatch):
+    import types
+
+    import collector.drain
     from collector.cuda_fence import FenceError
+
+    clock = [0.0]  # virtual: the drain's own clock and sleep, so no runner's load moves the figures
+    monkeypatch.setattr(collector.drain, "time", types.SimpleNamespace(
+        perf_counter=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
 
     class SlowBroken:
         def wait(self, bound_s):
-            time.sleep(0.03)
+            clock[0] += 0.03
             raise FenceError("cuEventQuery returned CUDA error 700", 700)
 
     d = DetachDrain(0.1, fence=SlowBroken())
     waited = d.wait()
     assert 0.03 <= waited < 0.09  # the 30 ms it took, not the 10-ms floor slept on top of nothing
+    assert waited == pytest.approx(0.03) and clock[0] == pytest.approx(0.03)  # nothing slept after
     d.note(0, waited)
     assert d.summary()["fence"]["unfenced"] == 1 and d.summary()["waited_s"] == waited
     assert d.fence_error == "cuEventQuery returned CUDA error 700"
