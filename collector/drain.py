@@ -110,6 +110,7 @@ class DetachDrain:
         self.unfenced_final = 0  # last detaches that did not fence although a fence was there
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
         self.unwaited = 0  # detaches without a completed wait: a failure before it, an interrupted fence
+        self.failed = 0  # detaches whose forced flush or finalize failed: counted, never fed to the rules
         self._entered = False  # whether the current detach reached ``wait()``
         self._errors: list[str] = []
 
@@ -120,14 +121,15 @@ class DetachDrain:
         ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
         longer initialized, no active context), ``final`` (the program's last detach) or ``unfenced``
         (the fence failed, then or before; also a last detach after that); an interrupted fence wait
-        counts as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor."""
+        counts as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor;
+        ``failed``, the detaches whose forced flush or finalize failed (also counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     **{k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped", "idle")},
                     "final": self.unfenced_final, "unfenced": self.unfenced, "set_wait": self.fence_set},
-                "unwaited": self.unwaited,
+                "unwaited": self.unwaited, "failed": self.failed,
                 "fence_error": self.fence_error}
 
     def wait(self, *, final: bool = False) -> float:
@@ -193,11 +195,13 @@ class DetachDrain:
         may wait longer, up to ``max_s``)."""
         return self.current_s
 
-    def note(self, lost: int, waited_s: float) -> None:
+    def note(self, lost: int, waited_s: float, *, failed: bool = False) -> None:
         """Record one detach: ``lost`` records came back without timestamps after waiting ``waited_s``.
         When the fence outlasted the adaptive wait, a loss came from work the fence cannot see and the
         wait was the fence's, not the rules': the adaptive wait doubles, and the "waited longer, lost as
-        many" rule, which compares waits the rules chose, skips this detach (fence times jitter)."""
+        many" rule, which compares waits the rules chose, skips this detach (fence times jitter).
+        A ``failed`` detach (its forced flush or finalize did not complete) is counted, its losses too,
+        but teaches the rules nothing: records it never delivered would read as a clean detach."""
         self.detaches += 1
         self.unwaited += not self._entered
         self._entered = False
@@ -205,6 +209,11 @@ class DetachDrain:
         self._last_waited_s = waited_s
         self._last = (waited_s, max(lost, 0))
         fence_set, self._fence_set_wait = self._fence_set_wait, False
+        if failed:
+            self.failed += 1
+            self.lost += max(lost, 0)
+            self.lossy += lost > 0
+            return
         if lost <= 0:
             self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)

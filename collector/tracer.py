@@ -225,18 +225,20 @@ class CuptiTracer:
         the next wait."""
         if not self.attached:
             return
-        zero0, wait = self.agg.invalid_zero_ts, 0.0
+        zero0, wait, flushed, finalized = self.agg.invalid_zero_ts, 0.0, False, False
         try:
             self.disable()
             cupti.activity_flush_all(0)
             wait = self.drain.wait_s()  # what an interrupted wait is noted as
             wait = self.drain.wait(final=final)  # the adaptive wait, or until the queued work is done (fence)
             cupti.activity_flush_all(1)
+            flushed = True
         finally:
             try:
                 with self._lock:  # the API-exit callback never takes this lock: waiting under it is safe
                     try:
                         self.finalizer.finalize()
+                        finalized = True
                     finally:
                         # failures it survived (or that an interrupt masks) count in this window's health
                         for what in [f"finalize: {w}" for w in self.finalizer.take_unraised()] + self.drain.take_errors():
@@ -248,7 +250,7 @@ class CuptiTracer:
                         self.enabled = False
             finally:  # also when the finalize raised: every detach is noted once, and the heap trimmed
                 # read after cuptiFinalize: every record of this attach has been delivered by then
-                self.drain.note(self.agg.invalid_zero_ts - zero0, wait)
+                self.drain.note(self.agg.invalid_zero_ts - zero0, wait, failed=not (flushed and finalized))
                 self.trims += trim_heap()
         if final and self._dump is not None:
             self._dump.close()

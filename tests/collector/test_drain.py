@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from collector.drain import DEFAULT_MAX_S, DetachDrain
+from collector.drain import DEFAULT_MAX_S, DEFAULT_START_S, SHRINK, DetachDrain
 
 from .conftest import REPO
 
@@ -554,6 +554,19 @@ def test_a_detach_that_fails_is_still_noted_once_and_accounted_for(tmp_path):
     """, CUDAWATCH_DETACH_DRAIN="fence")
     assert outcomes == ["CUPTI status 99", "ok", "CUPTI status 98"]
     assert (summary["detaches"], summary["unwaited"], summary["fence"]["waits"]) == (3, 1, 2)
+    # the two failed detaches taught the rules nothing: only the clean one shrank the floor
+    assert summary["failed"] == 2 and summary["next_wait_s"] == pytest.approx(DEFAULT_START_S * SHRINK)
+
+
+def test_a_failed_detach_is_counted_but_never_steers_the_wait():
+    """A detach whose forced flush or finalize failed may not have delivered its records: no loss
+    there would read as a clean detach and shrink the wait. Its losses count; the wait stays."""
+    d = DetachDrain(0.1, fence=None)
+    d.note(0, 0.01, failed=True)
+    d.note(7, 0.01, failed=True)
+    assert d.current_s == DEFAULT_START_S and (d.failed, d.detaches, d.lost, d.lossy) == (2, 2, 7, 1)
+    d.note(7, 0.01)  # a clean detach that lost: the wait doubles as before
+    assert d.current_s == 2 * DEFAULT_START_S
 
 
 def test_a_skip_between_fences_at_the_bound_does_not_restart_their_count():
