@@ -27,8 +27,9 @@ at most ``max_s``. The adaptive wait stays as the floor for what the fence canno
 streams such as NCCL's or PyTorch's side streams, contexts other than the primary ones): when the
 fence returns sooner, the detach sleeps the rest of the adaptive wait, which keeps learning from the
 losses as above. Under sharing the fence waits as long as the queue needs (0 records lost where the
-adaptive wait alone lost 3-23 %, §16-§18); alone on a GPU, with a short queue, it returns at once and
-leaves the adaptive floor as the whole wait, as before (§18: within the floor in 12 of 12 detaches). A fence
+adaptive wait alone lost 3-23 %, §16-§18); alone on a GPU, with a short queue, it returns within the
+adaptive floor, which stays the whole wait, as before (§18: 12 of 12 detaches of a loop that
+synchronizes every step). A fence
 that fails (no ``libcuda``, a driver error, a call that hit a graph capture) is dropped for the rest
 of the process, with the reason counted in ``health``, and the adaptive wait goes on alone; a
 blocking stream capturing a graph skips the fence for that detach only; the program's last detach
@@ -110,7 +111,7 @@ class DetachDrain:
         self.unfenced_final = 0  # last detaches that did not fence although a fence was there
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
         self.unwaited = 0  # detaches without a completed wait: a failure before it, an interrupted fence
-        self.failed = 0  # detaches whose forced flush or finalize failed: counted, never fed to the rules
+        self.failed = 0  # detaches that did not complete (disable to finalize): counted, never fed to the rules
         self._entered = False  # whether the current detach reached ``wait()``
         self._errors: list[str] = []
 
@@ -122,7 +123,8 @@ class DetachDrain:
         longer initialized, no active context), ``final`` (the program's last detach) or ``unfenced``
         (the fence failed, then or before; also a last detach after that); an interrupted fence wait
         counts as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor;
-        ``failed``, the detaches whose forced flush or finalize failed (also counted above)."""
+        ``failed``, the detaches that did not complete through their forced flush and finalize (also
+        counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
@@ -200,8 +202,9 @@ class DetachDrain:
         When the fence outlasted the adaptive wait, a loss came from work the fence cannot see and the
         wait was the fence's, not the rules': the adaptive wait doubles, and the "waited longer, lost as
         many" rule, which compares waits the rules chose, skips this detach (fence times jitter).
-        A ``failed`` detach (its forced flush or finalize did not complete) is counted, its losses too,
-        but teaches the rules nothing: records it never delivered would read as a clean detach."""
+        A ``failed`` detach (a failure or interrupt anywhere from the disable to the finalize) is counted,
+        its losses too, but teaches the rules nothing: records it never delivered would read as a clean
+        detach."""
         self.detaches += 1
         self.unwaited += not self._entered
         self._entered = False

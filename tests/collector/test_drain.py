@@ -558,10 +558,12 @@ def test_a_detach_that_fails_is_still_noted_once_and_accounted_for(tmp_path):
     assert summary["failed"] == 2 and summary["next_wait_s"] == pytest.approx(DEFAULT_START_S * SHRINK)
 
 
-def test_a_failed_detach_is_counted_but_never_steers_the_wait():
-    """A detach whose forced flush or finalize failed may not have delivered its records: no loss
-    there would read as a clean detach and shrink the wait. Its losses count; the wait stays."""
-    d = DetachDrain(0.1, fence=None)
+def test_a_failed_detach_is_counted_but_never_steers_the_wait(monkeypatch):
+    """A detach that failed before its forced flush or in its finalize may not have delivered its
+    records: no loss there would read as a clean detach and shrink the wait. Its losses count; the
+    wait stays."""
+    monkeypatch.setenv("CUDAWATCH_DETACH_DRAIN", "adaptive")
+    d = DetachDrain(0.1)
     d.note(0, 0.01, failed=True)
     d.note(7, 0.01, failed=True)
     assert d.current_s == DEFAULT_START_S and (d.failed, d.detaches, d.lost, d.lossy) == (2, 2, 7, 1)
