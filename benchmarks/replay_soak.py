@@ -7,8 +7,9 @@ hourly rotation, the ``.status`` file, the stop) in a process that does nothing 
 ``ReplayTracer`` (``CUDAWATCH_REPLAY``) standing in for CUPTI: real H200 records
 (``tests/data/cupti/records.jsonl.gz``, 45 kernel signatures) replayed ``--speed`` times faster, so an
 on-phase delivers records at about the LM's on-phase rate (~34 k/s in §14 at speed 64). It samples
-the process RSS every 5 s and reports what the soak reports: growth after the first 2 minutes, the
-least-squares slope 245-905 s and the Theil-Sen slope over the second half (MiB a minute).
+the process RSS every 5 s while the session runs and reports what the soak reports: growth after the
+first 2 minutes, the least-squares slope 245-905 s and the Theil-Sen slope over the second half (MiB a
+minute); the RSS after the stop (which writes the last shards) is reported apart.
 
 Not exercised (so a flat result clears only the rest): CUPTI itself (attach, finalize, its device
 and host buffers, its thread delivering records while the collector's thread writes windows:
@@ -59,14 +60,15 @@ def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None
     records = kernels + copies
     cycles = sum(1 for row in s.duty_log if row[5] > 0)  # on-phases ended by a detach (memory.py's count)
     collector.stop()
-    rss.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
+    after_stop = gpu_workloads.rss_mib()  # the stop writes the last shards: reported apart, as the soak's
+    # training process samples only while it trains
     growth = growth_after_2min(rss)
     half = [p for p in rss if p[0] >= seconds / 2]
     mid = [p for p in rss if 245 <= p[0] <= 905]
     return {"seconds": seconds, "speed": speed, "records": records, "kernels": kernels, "copies": copies, "records_per_s": records / seconds,
             "cycles": cycles, "controller_duty_at_end": s.controller.duty,
             "shards": sorted(str(p.relative_to(out)) for p in out.rglob("*.parquet")),
-            "rss_start_mib": rss[0][1], "rss_end_mib": rss[-1][1],
+            "rss_start_mib": rss[0][1], "rss_end_mib": rss[-1][1], "rss_after_stop_mib": after_stop,
             "rss_growth_after_2min_mib": growth[0] if growth else None,
             "rss_slope_245_905_mib_per_min": _slope(mid),
             "rss_theil_sen_second_half_mib_per_min": _robust_slope(half),

@@ -21,5 +21,5 @@ def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_pat
     kernel_shards = [out / s for s in res["shards"] if s.startswith("kernels")]
     assert kernel_shards and sum(sum(pq.read_table(s, columns=["launches"]).column(0).to_pylist())
                                  for s in kernel_shards) == res["kernels"]
-    assert len(res["rss"]) >= 5 and all(mib > 0 for _, mib in res["rss"])
+    assert len(res["rss"]) >= 4 and all(mib > 0 for _, mib in res["rss"]) and res["rss_after_stop_mib"] > 0
     assert res["rss_growth_after_2min_mib"] is None  # a 4-s run has no samples after 2 minutes
