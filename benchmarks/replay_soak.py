@@ -1,21 +1,24 @@
-"""The collector's own session, without CUPTI, at a soak's record rate: does its memory grow?
+"""The collector's session without CUPTI at a soak's record rate: does its memory grow?
 
 The LM soaks on the GPU (docs/benchmarks.md §4, §9, §14) grow 0.56-0.99 MiB a minute after their
-first minutes, and it is open whether that is the collector's. This runs the product's whole
-session (``collector.start()``: duty controller, on/off cycles, windows, health notes, spool,
-hourly rotation, the ``.status`` file, the stop) in a process that does nothing else, with
-``ReplayTracer`` (``CUDAWATCH_REPLAY``) standing in for CUPTI: real H200 records
-(``tests/data/cupti/records.jsonl.gz``, 45 kernel signatures) replayed ``--speed`` times faster, so an
-on-phase delivers records at about the LM's on-phase rate (~34 k/s in §14 at speed 64). It samples
-the process RSS every 5 s while the session runs and reports what the soak reports: growth after the
-first 2 minutes, the least-squares slope 245-905 s and the Theil-Sen slope over the second half (MiB a
-minute); the RSS after the stop (which writes the last shards) is reported apart.
+first minutes, and it is open whether that is the collector's. This runs the product's session
+(``collector.start()``: duty controller, on/off cycles, windows, health notes, spool, the hourly
+check, the ``.status`` file, the stop) in a process that does nothing else, with ``ReplayTracer``
+(``CUDAWATCH_REPLAY``) standing in for the whole ``CuptiTracer``: real H200 records
+(``tests/data/cupti/records.jsonl.gz``, 45 kernel signatures) replayed ``--speed`` times faster
+(~34 k records/s while on at speed 64; the LM soaks' on-phases ran 26-33 k/s). It samples the
+process RSS every ``--sample-s`` while the session runs and reports what the soak reports: growth
+after the first 2 minutes, the least-squares slopes over 245-905 s and 540-905 s, and the Theil-Sen
+slope over the second half (MiB a minute); the RSS after the stop (which writes the last shards) is
+reported apart. Shards are written mid-run only if the run crosses an hour.
 
-Not exercised (so a flat result clears only the rest): CUPTI itself (attach, finalize, its device
-and host buffers, its thread delivering records while the collector's thread writes windows:
-the replay delivers on the collector's thread) and the tracer's per-record callback
-(``CuptiTracer._completed``); the replay feeds ``Aggregator.add_kernels``, which ends in the
-same ``add_kernel_rows``. No GPU needed.
+Not exercised (so a small slope clears only the rest): CUPTI itself (attach, finalize, its device
+and host buffers, its thread delivering records while the collector's thread writes windows: the
+replay delivers on the collector's thread) and everything of ``CuptiTracer`` around it: the
+per-record callback (``_completed``; the replay feeds ``Aggregator.add_kernels``, which ends in the
+same ``add_kernel_rows``), the detach drain's wait and bookkeeping and its fence's driver calls,
+``DetachFinalizer``, ``malloc_trim`` after each detach, the dropped-records query, OVERHEAD records
+and the NVML device map; and the collector sharing a heap with a training process. No GPU needed.
 
     python benchmarks/replay_soak.py --seconds 930 --json replay_soak.json
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -42,7 +46,24 @@ from step_log import growth_after_2min  # noqa: E402
 RECORDS = HERE.parent / "tests" / "data" / "cupti" / "records.jsonl.gz"
 
 
+def summarize(rss: list[tuple[float, float]], seconds: float) -> dict:
+    """The soak's memory measures of an RSS series ``[(t s, MiB), ...]`` sampled while the session ran
+    (None where the run is too short for one)."""
+    growth = growth_after_2min(rss)
+
+    def slope(lo: float, hi: float):
+        v = _slope([p for p in rss if lo <= p[0] <= hi])
+        return None if math.isnan(v) else v
+
+    half = _robust_slope([p for p in rss if p[0] >= seconds / 2])
+    return {"rss_start_mib": rss[0][1], "rss_end_mib": rss[-1][1],
+            "rss_growth_after_2min_mib": growth[0] if growth else None,
+            "rss_slope_245_905_mib_per_min": slope(245, 905), "rss_slope_540_905_mib_per_min": slope(540, 905),
+            "rss_theil_sen_second_half_mib_per_min": None if math.isnan(half) else half}
+
+
 def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None = None) -> dict:
+    settings = {k: v for k, v in os.environ.items() if k.startswith("CUDAWATCH_")}  # the caller's, recorded
     os.environ["CUDAWATCH_REPLAY"] = str(RECORDS)
     os.environ["CUDAWATCH_REPLAY_SPEED"] = str(speed)
     import collector
@@ -56,22 +77,16 @@ def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None
     while time.monotonic() - t0 < seconds:
         time.sleep(sample_s)
         rss.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
-    kernels, copies = s.tracer.kernels, s.tracer.copies
-    records = kernels + copies
-    cycles = sum(1 for row in s.duty_log if row[5] > 0)  # on-phases ended by a detach (memory.py's count)
-    collector.stop()
+    collector.stop()  # its final detach delivers what the last on-phase traced: count after it
     after_stop = gpu_workloads.rss_mib()  # the stop writes the last shards: reported apart, as the soak's
     # training process samples only while it trains
-    growth = growth_after_2min(rss)
-    half = [p for p in rss if p[0] >= seconds / 2]
-    mid = [p for p in rss if 245 <= p[0] <= 905]
-    return {"seconds": seconds, "speed": speed, "records": records, "kernels": kernels, "copies": copies, "records_per_s": records / seconds,
+    kernels, copies = s.tracer.kernels, s.tracer.copies
+    cycles = sum(1 for row in s.duty_log if row[5] > 0)  # on-phases ended by a detach (memory.py's count)
+    return {"seconds": seconds, "speed": speed, "sample_s": sample_s, "settings": settings,
+            "records": kernels + copies, "kernels": kernels, "copies": copies, "records_per_s": (kernels + copies) / seconds,
             "cycles": cycles, "controller_duty_at_end": s.controller.duty,
             "shards": sorted(str(p.relative_to(out)) for p in out.rglob("*.parquet")),
-            "rss_start_mib": rss[0][1], "rss_end_mib": rss[-1][1], "rss_after_stop_mib": after_stop,
-            "rss_growth_after_2min_mib": growth[0] if growth else None,
-            "rss_slope_245_905_mib_per_min": _slope(mid),
-            "rss_theil_sen_second_half_mib_per_min": _robust_slope(half),
+            **summarize(rss, seconds), "rss_after_stop_mib": after_stop,
             "rss": rss, "python": platform.python_version(), "machine": platform.node()}
 
 

@@ -6,20 +6,38 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
+import pytest
+
+from benchmarks import replay_soak
 
 from ..collector.conftest import REPO
 
 
-def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+@pytest.mark.parametrize("settings, cycles", [({}, 1), ({"CUDAWATCH_ADAPTIVE": "0"}, 0)])
+def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_path, settings, cycles):
+    """The default controller's first on-phase (a fraction of a second of its 30-s period) ends in
+    one detach, and a 4-s run stops in the off-phase after it; with duty cycling off it never
+    detaches and stops while tracing, so the stop's final detach delivers the rest, counted too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")} | settings
     out, js = tmp_path / "shards", tmp_path / "soak.json"
     p = subprocess.run([sys.executable, "benchmarks/replay_soak.py", "--seconds", "4", "--sample-s", "1",
                         "--out", str(out), "--json", str(js)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    res = json.loads(js.read_text())
-    assert res["kernels"] > 0 and res["records"] == res["kernels"] + res["copies"]
+    res = json.loads(js.read_text())  # strict JSON: no NaN for the slopes a short run cannot have
+    assert res["settings"] == settings and res["kernels"] > 0 and res["records"] == res["kernels"] + res["copies"]
     kernel_shards = [out / s for s in res["shards"] if s.startswith("kernels")]
     assert kernel_shards and sum(sum(pq.read_table(s, columns=["launches"]).column(0).to_pylist())
                                  for s in kernel_shards) == res["kernels"]
-    assert len(res["rss"]) >= 4 and all(mib > 0 for _, mib in res["rss"]) and res["rss_after_stop_mib"] > 0
-    assert res["rss_growth_after_2min_mib"] is None  # a 4-s run has no samples after 2 minutes
+    assert len(res["rss"]) >= 4 and max(t for t, _ in res["rss"]) < 4 + 1 + 1  # sampled while it ran, not after the stop
+    assert res["rss_after_stop_mib"] > 0 and res["rss_growth_after_2min_mib"] is None
+    assert res["rss_slope_245_905_mib_per_min"] is None and res["cycles"] == cycles
+
+
+def test_the_summary_reads_growth_and_slopes_over_the_soaks_spans():
+    """A series with a one-off step at 60 s and then a known rise of 0.5 MiB a minute."""
+    rss = [(t, 100.0 + (20.0 if t >= 60 else 0.0) + 0.5 * t / 60) for t in range(0, 935, 5)]
+    got = replay_soak.summarize(rss, 930)
+    assert got["rss_growth_after_2min_mib"] == pytest.approx(0.5 * (930 - 120) / 60)
+    for k in ("rss_slope_245_905_mib_per_min", "rss_slope_540_905_mib_per_min", "rss_theil_sen_second_half_mib_per_min"):
+        assert got[k] == pytest.approx(0.5)
+    assert (got["rss_start_mib"], got["rss_end_mib"]) == (100.0, rss[-1][1])
