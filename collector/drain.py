@@ -212,17 +212,16 @@ class DetachDrain:
         self._last_waited_s = waited_s
         self._last = (waited_s, max(lost, 0))
         fence_set, self._fence_set_wait = self._fence_set_wait, False
+        if lost > 0:
+            self.lost += lost
+            self.lossy += 1
         if failed:
             self.failed += 1
-            self.lost += max(lost, 0)
-            self.lossy += lost > 0
             return
         if lost <= 0:
             self._last_lossy = None
             self.current_s = max(self.min_s, self.current_s * SHRINK)
             return
-        self.lost += lost
-        self.lossy += 1
         prev, self._last_lossy = self._last_lossy, (None if fence_set else (waited_s, lost))
         if prev is not None and not fence_set and waited_s > prev[0] and lost >= prev[1]:
             self.current_s = self.min_s  # waiting longer lost as many: not kernels in a queue
