@@ -35,30 +35,30 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import gpu_workloads  # noqa: E402  (benchmarks/)
-from memory import _robust_slope, _slope  # noqa: E402
-from step_log import growth_after_2min  # noqa: E402
+from memory import _robust_slope  # noqa: E402
+from step_log import rss_measures  # noqa: E402
 
 RECORDS = HERE.parent / "tests" / "data" / "cupti" / "records.jsonl.gz"
 
 
 def summarize(rss: list[tuple[float, float]], seconds: float) -> dict:
-    """The soak's memory measures of an RSS series ``[(t s, MiB), ...]`` sampled while the session ran
-    (None where the run is too short for one)."""
-    growth = growth_after_2min(rss)
-
-    def slope(lo: float, hi: float):
-        v = _slope([p for p in rss if lo <= p[0] <= hi])
-        return None if math.isnan(v) else v
-
+    """The soak's memory measures (``step_log.rss_measures``, as ``step_log.py rss`` reads the GPU
+    soaks) of an RSS series ``[(t s, MiB), ...]`` sampled while the session ran, and the Theil-Sen
+    slope over its second half; None where the run is too short for one."""
+    t, r = np.asarray(rss, dtype=float).T
+    early, late = rss_measures(t, r, 245, 905), rss_measures(t, r, 540, 905)
     half = _robust_slope([p for p in rss if p[0] >= seconds / 2])
     return {"rss_start_mib": rss[0][1], "rss_end_mib": rss[-1][1],
-            "rss_growth_after_2min_mib": growth[0] if growth else None,
-            "rss_slope_245_905_mib_per_min": slope(245, 905), "rss_slope_540_905_mib_per_min": slope(540, 905),
+            "rss_growth_after_2min_mib": early["growth_after_2min_mib"],
+            "rss_slope_245_905_mib_per_min": early["slope_mib_per_min"],
+            "rss_slope_540_905_mib_per_min": late["slope_mib_per_min"],
             "rss_theil_sen_second_half_mib_per_min": None if math.isnan(half) else half}
 
 

@@ -96,6 +96,16 @@ def steps_at(train: dict, t: np.ndarray) -> np.ndarray:
     return np.interp(t, edges_t, edges_n)
 
 
+def rss_measures(t: np.ndarray, rss_mib: np.ndarray, lo_s: float = 245.0, hi_s: float = 905.0) -> dict:
+    """The soaks' memory measures of one RSS series: growth after the first 2 minutes (None without
+    samples there) and the least-squares slope between ``lo_s`` and ``hi_s`` in MiB a minute (None
+    with fewer than 3 samples there)."""
+    m = (t >= lo_s) & (t <= hi_s)
+    growth = growth_after_2min(zip(t, rss_mib))
+    return {"growth_after_2min_mib": float(growth[0]) if growth else None,
+            "slope_mib_per_min": float(np.polyfit(t[m] / 60, rss_mib[m], 1)[0]) if m.sum() >= 3 else None}
+
+
 def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) -> dict:
     """RSS growth after the first 2 minutes, the least-squares slope between ``lo_s`` and
     ``hi_s``, as recorded and with the old in-memory step log subtracted, and the largest step after
@@ -108,11 +118,9 @@ def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) 
         log = np.zeros_like(r)
     else:
         log = np.array([array_bytes(int(n)) for n in steps_at(train, t)]) / 2**20
-    m = (t >= lo_s) & (t <= hi_s)
     res = {"steps": train["steps"], "step_log_mib_at_end": float(log[-1])}
     for name, y in (("recorded", r), ("without_step_log", r - log)):
-        res[name] = {"growth_after_2min_mib": float(growth_after_2min(zip(t, y))[0]),
-                     "slope_mib_per_min": float(np.polyfit(t[m] / 60, y[m], 1)[0]) if m.sum() >= 3 else None}
+        res[name] = rss_measures(t, y, lo_s, hi_s)
     # the largest step between two samples after the first 2 minutes, and whether the old log was
     # resized in it (a resize may copy the array, and the old copy stays resident until a trim)
     k = int(np.searchsorted(t, 120.0))
