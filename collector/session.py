@@ -141,17 +141,18 @@ class Session:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=STOP_JOIN_S)
         self._detach_left = True  # whoever holds the tracer last detaches it: this call, or the thread at its end
-        free = False
+        free = self.tracer.op_lock.acquire(blocking=False)  # not free: the thread is blocked in a CUPTI or driver call
         try:
-            free = self.tracer.op_lock.acquire(blocking=False)  # not free: the thread is blocked in a CUPTI or driver call
             on_since = self._on_since
             was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
-            try:
-                if not free:  # a detach beside that call would overlap it (a finalize, a flush): left to the thread
-                    raise RuntimeError(f"the collector thread is still in a CUPTI or driver call after {STOP_JOIN_S:g} s")
-                self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
-            except Exception as exc:
-                self._error(time.time(), "final flush/detach", exc)
+            if not free:  # a detach beside that call would overlap it (a finalize, a flush): left to the thread
+                self._error(time.time(), "final flush/detach",
+                            RuntimeError(f"the collector thread is still in a CUPTI or driver call after {STOP_JOIN_S:g} s"))
+            else:
+                try:
+                    self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
+                except Exception as exc:
+                    self._error(time.time(), "final flush/detach", exc)
             now = time.time()
             if was_on and on_since is not None:
                 self.agg.add_traced_time(on_since, off_at)
