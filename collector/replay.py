@@ -4,7 +4,8 @@
 flush, dropped, detach) but reads records recorded on a GPU (``CUDAWATCH_RECORD_DUMP`` writes
 them; ``tests/data/cupti/records.jsonl.gz`` holds 4000 from an H200 training loop) and hands them
 to the aggregator at their recorded pace (or ``speed`` times faster, durations unchanged), shifted
-to the present, looping when they run out. With
+to the present, looping when they run out; records without timestamps come back unchanged, in
+the buffer they were recorded in (``load_records``), so a capture from a lossy run replays as lossy. With
 ``CUDAWATCH_REPLAY=<file>`` a ``collector.start()`` uses it instead of CUPTI, so the whole session
 (duty cycle, windows, spool, rotation, SIGTERM and exit flush) runs on a machine without a GPU.
 """
@@ -20,17 +21,33 @@ from collector.aggregate import Aggregator
 from collector.drain import DetachDrain
 
 
-def load_records(path) -> tuple[list, list]:
-    """Kernel ``(start, end, signature)`` and copy tuples from a ``.jsonl.gz`` dump, in time order."""
-    kernels, copies = [], []
+def load_records(path, *, untimed: list | None = None) -> tuple[list, list]:
+    """Kernel ``(start, end, signature)`` and copy tuples from a ``.jsonl.gz`` dump, in time order.
+
+    Records without a timestamp (start or end 0: what CUPTI returns for kernels still in flight at a
+    forced flush) have no time to order or replay them by. They are left out, or, when ``untimed``
+    is a list, appended to it as ``(at_ns, is_kernel, record)``: ``at_ns`` is the start of the
+    nearest timed record before them in the dump (the buffer CUPTI delivered them in; the first
+    timed record's for those before any), so a replay delivers them where CUPTI did."""
+    kernels, copies, pending = [], [], []
+    last = None
     with gzip.open(path, "rt") as fh:
         for line in fh:
             item = json.loads(line)
             rec = item["rec"]
-            if item["kind"] == "kernel":
-                kernels.append((rec[0], rec[1], tuple(rec[2:])))
-            else:
-                copies.append(tuple(rec))
+            is_kernel = item["kind"] == "kernel"
+            r = (rec[0], rec[1], tuple(rec[2:])) if is_kernel else tuple(rec)
+            if rec[0] > 0 and rec[1] > 0:
+                (kernels if is_kernel else copies).append(r)
+                last = rec[0]
+                if untimed is not None and pending:  # untimed records before the first timed one
+                    untimed.extend((last, k, u) for k, u in pending)
+                    pending = []
+            elif untimed is not None:
+                if last is None:
+                    pending.append((is_kernel, r))
+                else:
+                    untimed.append((last, is_kernel, r))
     kernels.sort(key=lambda r: r[0])
     copies.sort(key=lambda r: r[0])
     return kernels, copies
@@ -45,9 +62,11 @@ class ReplayTracer:
         self.agg = agg
         self.speed = float(speed or os.environ.get("CUDAWATCH_REPLAY_SPEED") or 1.0)
         self.budget = budget
-        self._kernels, self._copies = load_records(path)
+        self._untimed: list = []  # records without timestamps, replayed unchanged where CUPTI delivered them
+        self._kernels, self._copies = load_records(path, untimed=self._untimed)
         if not self._kernels and not self._copies:
-            raise ValueError(f"{path}: no records to replay")
+            raise ValueError(f"{path}: no records with timestamps to replay" + (
+                f" ({len(self._untimed)} without: nothing to place them in time by)" if self._untimed else ""))
         starts = [r[0] for r in self._kernels[:1] + self._copies[:1]]
         ends = [r[1] for r in self._kernels[-1:] + self._copies[-1:]]
         self._t0 = min(starts)
@@ -99,6 +118,9 @@ class ReplayTracer:
                     if lo <= rel < hi:
                         start = self._t0 + int(rel / self.speed)  # compressed timeline, real durations
                         out.append((start, start + r[1] - r[0]) + tuple(r[2:]))
+            for at, is_kernel, r in self._untimed:  # as recorded: the aggregator counts them invalid
+                if lo <= at - self._t0 + shift < hi:
+                    (ks if is_kernel else cs).append(r)
         now = time.time()
         if ks:
             self.agg.add_kernels(ks, now)

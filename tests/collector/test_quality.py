@@ -188,3 +188,29 @@ def test_warehouse_loads_v2_health_next_to_v1_and_upgrades_an_old_table(tmp_path
     assert ("h", 2, 1500, 0, "error") in rows  # the window whose records all lacked timestamps
     assert ("old", 1, None, None, None) in rows
     assert any(r[4] in ("ok", "degraded") and r[3] == 1500 for r in rows)
+
+
+def test_a_lossy_capture_replays_as_lossy(tmp_path):
+    """The real capture whose first 1500 records came back without timestamps, replayed through a
+    whole session: they reach the health rows as invalid (a replay used to drop them and, ordering by
+    their start of 0, stretch its timeline so far that nothing at all was delivered)."""
+    from collector.replay import ReplayTracer, load_records
+
+    untimed: list = []
+    kernels, _ = load_records(ZERO_TS_RECORDS, untimed=untimed)
+    assert (len(kernels), len(untimed)) == (1500, 1500) and all(r[0] == r[1] == 0 for _, _, r in untimed)
+    assert load_records(ZERO_TS_RECORDS)[0] == kernels  # without the list the untimed ones are left out
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env.update(CUDAWATCH_REPLAY=str(ZERO_TS_RECORDS), CUDAWATCH_REPLAY_SPEED="8", CUDAWATCH_ADAPTIVE="0", PYTHONPATH=str(REPO))
+    code = f"import time, collector; collector.start(job='lossy', out={str(tmp_path)!r}); time.sleep(2); collector.stop()"
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
+    zero, valid = sum(r["invalid_zero_timestamp"] for r in health), sum(r["records_valid"] for r in health)
+    # one replay loop is 0.5 s of recorded time: 1500 of each per loop, so as many invalid as valid
+    assert zero > 0 and abs(zero - valid) <= 1500 and {r["data_quality"] for r in health if r["records_delivered"]} <= {"degraded", "error"}
+    with pytest.raises(ValueError, match="no records with timestamps"):
+        only_untimed = tmp_path / "untimed.jsonl.gz"
+        with gzip.open(only_untimed, "wt") as fh:
+            fh.write(json.dumps({"kind": "kernel", "rec": [0, 0, "k", 1, 1, 1, 1, 1, 1, 8, 0, 0]}) + "\n")
+        ReplayTracer(None, only_untimed)
