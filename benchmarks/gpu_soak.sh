@@ -6,7 +6,7 @@
 # `bash benchmarks/gpu_soak.sh run` does both in one go (short soaks).
 set -u
 O=${OUT:-/tmp/out}
-D=/tmp/sk
+D=${SOAK_DIR:-/tmp/sk}  # SOAK_DIR inside a gpu_queue.sh result folder: every `wait` brings the soak's files so far
 S=${SOAK_S:-930}
 export PYTHONUNBUFFERED=1
 start() {
@@ -36,7 +36,7 @@ finish() {
         python3 benchmarks/soak.py analyze --shards $D/shards --train $D/$w.json --kps $D/kps_$w.json --job soak-$w --json $D/an_$w.json 2>&1 | tail -14
         python3 benchmarks/soak.py phases --train $D/$w.json --duty-log $D/duty_$w.json --kps $D/kps_$w.json --json $D/ph_$w.json 2>&1
     done
-    mkdir -p $O && tar czf $O/soak.tgz -C /tmp sk
+    mkdir -p $O && tar czf $O/soak.tgz -C "$(dirname $D)" "$(basename $D)"
 }
 case "${1:-run}" in
     start) start ;;
