@@ -35,6 +35,45 @@ def proc_census() -> tuple[int, float, int]:
     return threads, anon_kib / 1024, maps
 
 
+def smaps_census(path: str = "/proc/self/smaps") -> dict[str, dict[str, int]]:
+    """Resident memory of this process by region (Linux): ``{region: {"rss_kib", "mappings"}}``.
+
+    A file-backed mapping counts under its file's name (a library's pages), ``[heap]``, ``[stack]``
+    and the like under theirs, and anonymous mappings by size, ``anon <= 2^k KiB``: a glibc arena of
+    another thread lives in 64-MiB heaps, a thread's stack in 8 MiB, large ``malloc``s and other
+    allocators (pyarrow's, CUDA's) in their own. Two censuses diffed (``smaps_growth``) say in which
+    kind of region RSS grew."""
+    out: dict[str, dict[str, int]] = {}
+    name = None
+    with open(path) as fh:
+        for line in fh:
+            head = line.split(maxsplit=5)
+            if "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                if len(head) == 6:
+                    where = head[5].strip()
+                    name = where if where.startswith("[") else os.path.basename(where.split(" (deleted)")[0])
+                else:
+                    size_kib = (hi - lo) // 1024
+                    name = f"anon <= 2^{max(size_kib - 1, 1).bit_length()} KiB"
+                entry = out.setdefault(name, {"rss_kib": 0, "mappings": 0})
+                entry["mappings"] += 1
+            elif head[0] == "Rss:" and name is not None:
+                out[name]["rss_kib"] += int(head[1])
+    return out
+
+
+def smaps_growth(first: dict, last: dict, top: int = 12) -> list[dict]:
+    """The ``top`` regions of two ``smaps_census`` results whose RSS changed most (by size of change)."""
+    rows = []
+    for name in first.keys() | last.keys():
+        a, b = first.get(name, {"rss_kib": 0, "mappings": 0}), last.get(name, {"rss_kib": 0, "mappings": 0})
+        if a != b:
+            rows.append({"region": name, "rss_kib_diff": b["rss_kib"] - a["rss_kib"], "rss_kib": b["rss_kib"],
+                         "mappings_diff": b["mappings"] - a["mappings"]})
+    return sorted(rows, key=lambda r: -abs(r["rss_kib_diff"]))[:top]
+
+
 def launch_step(launches: int = 100):
     """The launch-bound loop: ``launches`` tiny in-place adds, then a synchronize."""
     import torch

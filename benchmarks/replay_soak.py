@@ -7,7 +7,7 @@ check, the ``.status`` file, the stop) in a process that does nothing else, with
 (``CUDAWATCH_REPLAY``) standing in for the whole ``CuptiTracer``: real H200 records
 (``tests/data/cupti/records.jsonl.gz``, 45 kernel signatures) replayed ``--speed`` times faster
 (~34 k records/s while on at speed 64; the LM soaks' on-phases ran 26-33 k/s). It samples the
-process RSS every ``--sample-s`` while the session runs and reports what the soak reports: growth
+process RSS (and threads, anonymous RSS and mappings: ``proc``) every ``--sample-s`` while the session runs and reports what the soak reports: growth
 after the first 2 minutes, the least-squares slopes over 245-905 s and 540-905 s, and the Theil-Sen
 slope over the second half (MiB a minute); the RSS after the stop (which writes the last shards) is
 reported apart. Shards are written mid-run only if the run crosses an hour.
@@ -21,6 +21,13 @@ same ``add_kernel_rows``), the detach drain's wait and bookkeeping and its fence
 and the NVML device map; and the collector sharing a heap with a training process. No GPU needed.
 
     python benchmarks/replay_soak.py --seconds 930 --json replay_soak.json
+    python benchmarks/replay_soak.py --seconds 600 --census-from 245 [--trace-python] --json census.json
+
+``--census-from S`` adds a heap census at S seconds and at the end (pyarrow's memory pool, objects
+the garbage collector tracks, with ``--trace-python`` the Python memory traced by tracemalloc and
+the Python allocation sites that grew in between) and the memory regions whose RSS grew
+(``gpu_workloads.smaps_census``): RSS growth that none of these shows is native memory outside pyarrow's
+pool (docs/benchmarks.md §19). Tracing slows the session's Python several times over.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import platform
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -62,21 +70,63 @@ def summarize(rss: list[tuple[float, float]], seconds: float) -> dict:
             "rss_theil_sen_second_half_mib_per_min": None if math.isnan(half) else half}
 
 
-def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None = None) -> dict:
+def _heap_census() -> dict:
+    """What Python and pyarrow hold now: traced Python blocks (with ``--trace-python``), pyarrow's
+    memory pool, and objects the garbage collector tracks."""
+    import gc
+
+    import pyarrow as pa
+
+    traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else None
+    return {"python_traced_mib": None if traced is None else traced / 2**20,
+            "tracemalloc_own_mib": tracemalloc.get_tracemalloc_memory() / 2**20 if traced is not None else None,
+            "pyarrow_pool_mib": pa.total_allocated_bytes() / 2**20, "pyarrow_pool": pa.default_memory_pool().backend_name,
+            "gc_objects": len(gc.get_objects())}
+
+
+def _growth_sites(first, last, top: int = 15) -> list[dict]:
+    """The ``top`` allocation sites (the snapshots' innermost frames, innermost first) whose live
+    Python memory grew most between two tracemalloc snapshots."""
+    stats = last.compare_to(first, "traceback")
+    return [{"size_diff_kib": round(st.size_diff / 1024, 1), "count_diff": st.count_diff,
+             "frames": [f"{Path(f.filename).name}:{f.lineno}" for f in reversed(st.traceback)]}  # innermost first
+            for st in stats[:top]]
+
+
+def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None = None,
+         census_from_s: float | None = None, trace_python: bool = False) -> dict:
+    """``census_from_s``: census the heap and the memory regions at that time and at the end of the
+    run (before the stop); ``trace_python``: trace Python allocations too (tracemalloc, 5 frames) and
+    report the sites that grew in between."""
     settings = {k: v for k, v in os.environ.items() if k.startswith("CUDAWATCH_")}  # the caller's, recorded
     os.environ["CUDAWATCH_REPLAY"] = str(RECORDS)
     os.environ["CUDAWATCH_REPLAY_SPEED"] = str(speed)
     import collector
 
     out = Path(out or tempfile.mkdtemp(prefix="cw-replay-soak-"))
+    if census_from_s is not None and trace_python:
+        tracemalloc.start(5)
     t0 = time.monotonic()
     rss = [(0.0, gpu_workloads.rss_mib())]
+    proc = [(0.0, *gpu_workloads.proc_census())]  # (t, threads, anonymous RSS MiB, mappings), as soak.py's
     s = collector.start(job="replay-soak", out=out)
     if not s.active:
         raise SystemExit(f"collector did not start: {s.reason}")
+    census, first, regions = {}, None, None
     while time.monotonic() - t0 < seconds:
         time.sleep(sample_s)
         rss.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
+        proc.append((rss[-1][0], *gpu_workloads.proc_census()))
+        if census_from_s is not None and regions is None and rss[-1][0] >= census_from_s:
+            first = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
+            census["from"] = {"t_s": rss[-1][0], "rss_mib": rss[-1][1], **_heap_census()}
+            regions = gpu_workloads.smaps_census()
+    if regions is not None:
+        census["to"] = {"t_s": time.monotonic() - t0, "rss_mib": gpu_workloads.rss_mib(), **_heap_census()}
+        census["regions"] = gpu_workloads.smaps_growth(regions, gpu_workloads.smaps_census())
+        if first is not None:
+            census["growth_sites"] = _growth_sites(first, tracemalloc.take_snapshot())
+            tracemalloc.stop()
     collector.stop()  # its final detach delivers what the last on-phase traced: count after it
     after_stop = gpu_workloads.rss_mib()  # the stop writes the last shards: reported apart, as the soak's
     # training process samples only while it trains
@@ -87,7 +137,8 @@ def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None
             "cycles": cycles, "controller_duty_at_end": s.controller.duty,
             "shards": sorted(str(p.relative_to(out)) for p in out.rglob("*.parquet")),
             **summarize(rss, seconds), "rss_after_stop_mib": after_stop,
-            "rss": rss, "python": platform.python_version(), "machine": platform.node()}
+            "rss": rss, "proc": proc, "python": platform.python_version(), "machine": platform.node(),
+            **({"heap": census} if census else {})}
 
 
 def main() -> None:
@@ -96,9 +147,13 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=64.0, help="replay speed-up (64: ~34 k records/s while on)")
     ap.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples")
     ap.add_argument("--out", help="folder for the shards (default: a new temporary folder)")
+    ap.add_argument("--census-from", type=float, metavar="S",
+                    help="census the heap and memory regions at S seconds and at the end, and report what grew")
+    ap.add_argument("--trace-python", action="store_true",
+                    help="with --census-from: trace Python allocations too (tracemalloc; slows the session several times over)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    res = soak(a.seconds, a.speed, a.sample_s, out=a.out)
+    res = soak(a.seconds, a.speed, a.sample_s, out=a.out, census_from_s=a.census_from, trace_python=a.trace_python)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     print(json.dumps({k: v for k, v in res.items() if k not in ("rss", "shards")}, indent=1))

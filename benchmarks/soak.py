@@ -79,6 +79,11 @@ def make_step(workload: str):
     return step
 
 
+#: When ``train`` takes its first census of resident memory by region (``gpu_workloads.smaps_census``;
+#: the last is at the end): the start of the soaks' slope span.
+SMAPS_FROM_S = 245.0
+
+
 def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     import torch
 
@@ -89,6 +94,7 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     per_window: dict[int, int] = {}
     rss: list[tuple[float, float]] = []
     proc: list[tuple[float, int, float, int]] = []  # (t, threads, anonymous RSS MiB, mappings): what grows
+    smaps: dict = {}  # {"from_s", "first"}: where RSS grows after SMAPS_FROM_S, diffed at the end
     t0 = time.time()
     stop = threading.Event()
 
@@ -98,6 +104,8 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
             threads, anon, maps = gpu_workloads.proc_census()
             rss.append((t, round(gpu_workloads.rss_mib(), 1)))
             proc.append((t, threads, round(anon, 1), maps))
+            if t >= SMAPS_FROM_S and not smaps:
+                smaps.update(from_s=t, first=gpu_workloads.smaps_census())
 
     threading.Thread(target=sampler, daemon=True).start()
     steps, end = 0, time.perf_counter() + seconds
@@ -115,18 +123,22 @@ def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
                 last_dump = now
     torch.cuda.synchronize()
     stop.set()
-    return _dump(out, workload, window_s, t0, steps, per_window, rss, proc, done=True)
+    growth = None
+    if smaps:
+        growth = {"from_s": smaps["from_s"], "to_s": round(time.time() - t0, 1),
+                  "regions": gpu_workloads.smaps_growth(smaps["first"], gpu_workloads.smaps_census())}
+    return _dump(out, workload, window_s, t0, steps, per_window, rss, proc, done=True, smaps_growth=growth)
 
 
 def steps_file(train_json: str) -> Path:
     return Path(train_json).with_suffix(".steps.f64")
 
 
-def _dump(out, workload, window_s, t0, steps, per_window, rss, proc, *, done) -> dict:
+def _dump(out, workload, window_s, t0, steps, per_window, rss, proc, *, done, smaps_growth=None) -> dict:
     res = {"workload": workload, "window_s": window_s, "t0": t0, "steps": steps, "done": done,
            "step_log": "streamed",  # step times on disk (step_log.StepLog), not in this process's RSS
            "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss),
-           "proc": list(proc)}
+           "proc": list(proc), "smaps_growth": smaps_growth}
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(res))
     os.replace(tmp, out)

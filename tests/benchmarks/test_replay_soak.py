@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,8 +21,9 @@ def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_pat
     detaches and stops while tracing, so the stop's final detach delivers the rest, counted too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")} | settings
     out, js = tmp_path / "shards", tmp_path / "soak.json"
+    trace = ["--census-from", "2", "--trace-python"] if not settings else []  # the heap census on one of the two runs
     p = subprocess.run([sys.executable, "benchmarks/replay_soak.py", "--seconds", "4", "--sample-s", "1",
-                        "--out", str(out), "--json", str(js)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                        "--out", str(out), "--json", str(js), *trace], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     res = json.loads(js.read_text())  # strict JSON: no NaN for the slopes a short run cannot have
     assert res["settings"] == settings and res["kernels"] > 0 and res["records"] == res["kernels"] + res["copies"]
@@ -29,8 +31,29 @@ def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_pat
     assert kernel_shards and sum(sum(pq.read_table(s, columns=["launches"]).column(0).to_pylist())
                                  for s in kernel_shards) == res["kernels"]
     assert len(res["rss"]) >= 4 and max(t for t, _ in res["rss"]) < 4 + 1 + 1  # sampled while it ran, not after the stop
+    assert [p[0] for p in res["proc"]] == [t for t, _ in res["rss"]] and all(p[1] >= 2 and p[2] > 0 and p[3] > 0 for p in res["proc"])
     assert res["rss_after_stop_mib"] > 0 and res["rss_growth_after_2min_mib"] is None
     assert res["rss_slope_245_905_mib_per_min"] is None and res["cycles"] == cycles
+    if trace:
+        heap = res["heap"]
+        assert 2 <= heap["from"]["t_s"] < heap["to"]["t_s"] and heap["to"]["python_traced_mib"] > 0
+        assert heap["from"]["pyarrow_pool_mib"] >= 0 and isinstance(heap["growth_sites"], list)
+        assert isinstance(heap["regions"], list) and all({"region", "rss_kib_diff"} <= set(r) for r in heap["regions"])
+    else:
+        assert "heap" not in res
+
+
+def test_growth_sites_name_where_python_memory_grew():
+    tracemalloc.start(5)
+    try:
+        first = tracemalloc.take_snapshot()
+        kept = [bytearray(1 << 20) for _ in range(4)]  # 4 MiB from this line
+        last = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    top = replay_soak._growth_sites(first, last)[0]
+    assert top["size_diff_kib"] >= 4096 and top["count_diff"] >= 4 and len(kept) == 4
+    assert top["frames"][0].startswith("test_replay_soak.py:")
 
 
 def test_the_summary_reads_growth_and_slopes_over_the_soaks_spans():
