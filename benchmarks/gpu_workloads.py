@@ -38,24 +38,25 @@ def proc_census() -> tuple[int, float, int]:
 def smaps_census(path: str = "/proc/self/smaps") -> dict[str, dict[str, int]]:
     """Resident memory of this process by region (Linux): ``{region: {"rss_kib", "mappings"}}``.
 
-    A file-backed mapping counts under its file's name (a library's pages), ``[heap]``, ``[stack]``
-    and the like under theirs, and anonymous mappings by size, ``anon <= 2^k KiB``: a glibc arena of
-    another thread lives in 64-MiB heaps, a thread's stack in 8 MiB, large ``malloc``s and other
-    allocators (pyarrow's, CUDA's) in their own. Two censuses diffed (``smaps_growth``) say in which
-    kind of region RSS grew."""
+    A file-backed mapping counts under its file's name (a library's pages, e.g. ``libcupti.so.13``),
+    ``[heap]`` (the main ``malloc`` arena), ``[stack]`` and the like under theirs, and every anonymous
+    mapping under ``[anon]``: other threads' ``malloc`` arenas, large ``malloc``s, thread stacks and
+    other allocators' memory (pyarrow's, CUDA's) alike (one key, because the kernel merges and splits
+    anonymous mappings as they grow, so no finer key stays stable between two censuses). Two censuses
+    diffed (``smaps_growth``) say in which kind of region RSS grew."""
     out: dict[str, dict[str, int]] = {}
     name = None
     with open(path) as fh:
         for line in fh:
             head = line.split(maxsplit=5)
+            if not head:
+                continue
             if "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
-                lo, hi = (int(x, 16) for x in head[0].split("-"))
                 if len(head) == 6:
                     where = head[5].strip()
                     name = where if where.startswith("[") else os.path.basename(where.split(" (deleted)")[0])
                 else:
-                    size_kib = (hi - lo) // 1024
-                    name = f"anon <= 2^{max(size_kib - 1, 1).bit_length()} KiB"
+                    name = "[anon]"
                 entry = out.setdefault(name, {"rss_kib": 0, "mappings": 0})
                 entry["mappings"] += 1
             elif head[0] == "Rss:" and name is not None:

@@ -26,8 +26,9 @@ and the NVML device map; and the collector sharing a heap with a training proces
 ``--census-from S`` adds a heap census at S seconds and at the end (pyarrow's memory pool, objects
 the garbage collector tracks, with ``--trace-python`` the Python memory traced by tracemalloc and
 the Python allocation sites that grew in between) and the memory regions whose RSS grew
-(``gpu_workloads.smaps_census``): RSS growth that none of these shows is native memory outside pyarrow's
-pool (docs/benchmarks.md §19). Tracing slows the session's Python several times over.
+(``gpu_workloads.smaps_census``). Neither tracemalloc nor the pool's count sees memory an allocator
+keeps after a free (pymalloc arenas, glibc's or mimalloc's free lists); the regions do. Tracing
+slows the session's Python several times over.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None
     """``census_from_s``: census the heap and the memory regions at that time and at the end of the
     run (before the stop); ``trace_python``: trace Python allocations too (tracemalloc, 5 frames) and
     report the sites that grew in between."""
-    settings = {k: v for k, v in os.environ.items() if k.startswith("CUDAWATCH_")}  # the caller's, recorded
+    settings = {k: v for k, v in os.environ.items()  # the caller's, recorded: the collector's and the allocators'
+                if k.startswith(("CUDAWATCH_", "MALLOC_", "ARROW_")) or k in ("PYTHONMALLOC", "LD_PRELOAD")}
     os.environ["CUDAWATCH_REPLAY"] = str(RECORDS)
     os.environ["CUDAWATCH_REPLAY_SPEED"] = str(speed)
     import collector
@@ -118,15 +120,18 @@ def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None
         rss.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
         proc.append((rss[-1][0], *gpu_workloads.proc_census()))
         if census_from_s is not None and regions is None and rss[-1][0] >= census_from_s:
-            first = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
-            census["from"] = {"t_s": rss[-1][0], "rss_mib": rss[-1][1], **_heap_census()}
+            if tracemalloc.is_tracing():  # kept on disk, not in this process's RSS, until the end
+                first = out / "tracemalloc_first.snapshot"
+                tracemalloc.take_snapshot().dump(str(first))
+            census["from"] = {"t_s": time.monotonic() - t0, "rss_mib": gpu_workloads.rss_mib(), **_heap_census()}
             regions = gpu_workloads.smaps_census()
     if regions is not None:
         census["to"] = {"t_s": time.monotonic() - t0, "rss_mib": gpu_workloads.rss_mib(), **_heap_census()}
         census["regions"] = gpu_workloads.smaps_growth(regions, gpu_workloads.smaps_census())
         if first is not None:
-            census["growth_sites"] = _growth_sites(first, tracemalloc.take_snapshot())
-            tracemalloc.stop()
+            census["growth_sites"] = _growth_sites(tracemalloc.Snapshot.load(str(first)), tracemalloc.take_snapshot())
+            first.unlink()
+    tracemalloc.stop()
     collector.stop()  # its final detach delivers what the last on-phase traced: count after it
     after_stop = gpu_workloads.rss_mib()  # the stop writes the last shards: reported apart, as the soak's
     # training process samples only while it trains
@@ -153,10 +158,14 @@ def main() -> None:
                     help="with --census-from: trace Python allocations too (tracemalloc; slows the session several times over)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.trace_python and a.census_from is None:
+        ap.error("--trace-python needs --census-from")
+    if a.census_from is not None and a.census_from >= a.seconds:
+        ap.error(f"--census-from {a.census_from:g} is not before the end of the run (--seconds {a.seconds:g})")
     res = soak(a.seconds, a.speed, a.sample_s, out=a.out, census_from_s=a.census_from, trace_python=a.trace_python)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
-    print(json.dumps({k: v for k, v in res.items() if k not in ("rss", "shards")}, indent=1))
+    print(json.dumps({k: v for k, v in res.items() if k not in ("rss", "proc", "shards")}, indent=1))
 
 
 if __name__ == "__main__":
