@@ -3,7 +3,8 @@
 # Run from the repo root. A soak outlasts one 10-minute device call, so it runs in two:
 #   SOAK_S=930 bash benchmarks/gpu_soak.sh start    # starts both loops in their own session, returns
 #   bash benchmarks/gpu_soak.sh finish              # waits for them, analyzes, packs $OUT/soak.tgz
-# `bash benchmarks/gpu_soak.sh run` does both in one go (short soaks).
+# `bash benchmarks/gpu_soak.sh run` does both in one go (short soaks). SOAK_DIR (default /tmp/sk) is where the soak
+# writes; set it alike for `start` and `finish`.
 set -u
 O=${OUT:-/tmp/out}
 D=${SOAK_DIR:-/tmp/sk}  # SOAK_DIR inside a gpu_queue.sh result folder: every `wait` brings the soak's files so far
@@ -36,7 +37,7 @@ finish() {
         python3 benchmarks/soak.py analyze --shards $D/shards --train $D/$w.json --kps $D/kps_$w.json --job soak-$w --json $D/an_$w.json 2>&1 | tail -14
         python3 benchmarks/soak.py phases --train $D/$w.json --duty-log $D/duty_$w.json --kps $D/kps_$w.json --json $D/ph_$w.json 2>&1
     done
-    mkdir -p $O && tar czf $O/soak.tgz -C "$(dirname $D)" "$(basename $D)"
+    mkdir -p $O && tar czf "$O/soak.tgz" -C "$(dirname "$D")" "$(basename "$D")"
 }
 case "${1:-run}" in
     start) start ;;

@@ -11,7 +11,8 @@ batch 16, vocabulary 8192; AdamW, bf16 autocast); ``launch`` = the launch-bound 
 
 ``train`` logs the steps finished in every window (aligned like the collector's windows) and the
 process RSS every 5 s, with its threads, anonymous RSS and mappings (``proc``; the collector runs
-inside this process); the step times go to ``<json>.steps.f64`` as they come (``step_log.StepLog``). ``count`` counts kernels per step
+inside this process), and ``smaps_growth``: the memory regions whose RSS changed from 245 s to its end
+(``gpu_workloads.smaps_census``); the step times go to ``<json>.steps.f64`` as they come (``step_log.StepLog``). ``count`` counts kernels per step
 once with torch.profiler (CUDA activities), in a process of its own. ``analyze`` compares, per
 window, the traced launches scaled by ``1 / sampling_duty`` with steps x kernels per step, and
 reports the RSS growth after the first 2 minutes. ``phases`` (with the collector's
