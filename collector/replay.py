@@ -12,6 +12,7 @@ the buffer they were recorded in (``load_records``), so a capture from a lossy r
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import threading
@@ -62,11 +63,15 @@ class ReplayTracer:
         self.agg = agg
         self.speed = float(speed or os.environ.get("CUDAWATCH_REPLAY_SPEED") or 1.0)
         self.budget = budget
-        self._untimed: list = []  # records without timestamps, replayed unchanged where CUPTI delivered them
-        self._kernels, self._copies = load_records(path, untimed=self._untimed)
+        untimed: list = []  # records without timestamps, replayed unchanged where CUPTI delivered them
+        self._kernels, self._copies = load_records(path, untimed=untimed)
         if not self._kernels and not self._copies:
             raise ValueError(f"{path}: no records with timestamps to replay" + (
-                f" ({len(self._untimed)} without: nothing to place them in time by)" if self._untimed else ""))
+                f" ({len(untimed)} without: nothing to place them in time by)" if untimed else ""))
+        self._untimed = sorted(untimed, key=lambda u: u[0])
+        # each list's recorded starts, in time order: a flush bisects them for its interval
+        self._kstarts, self._cstarts = [r[0] for r in self._kernels], [r[0] for r in self._copies]
+        self._ustarts = [u[0] for u in self._untimed]
         starts = [r[0] for r in self._kernels[:1] + self._copies[:1]]
         ends = [r[1] for r in self._kernels[-1:] + self._copies[-1:]]
         self._t0 = min(starts)
@@ -109,18 +114,15 @@ class ReplayTracer:
         if not self.enabled or hi <= lo:
             return
         ks, cs = [], []
-        first_loop, last_loop = lo // self._span, hi // self._span
-        for loop in range(first_loop, last_loop + 1):
+        for loop in range(lo // self._span, hi // self._span + 1):
             shift = loop * self._span
-            for src, out in ((self._kernels, ks), (self._copies, cs)):
-                for r in src:
-                    rel = r[0] - self._t0 + shift
-                    if lo <= rel < hi:
-                        start = self._t0 + int(rel / self.speed)  # compressed timeline, real durations
-                        out.append((start, start + r[1] - r[0]) + tuple(r[2:]))
-            for at, is_kernel, r in self._untimed:  # as recorded: the aggregator counts them invalid
-                if lo <= at - self._t0 + shift < hi:
-                    (ks if is_kernel else cs).append(r)
+            a, b = lo - shift + self._t0, hi - shift + self._t0  # this loop's part of [lo, hi), in recorded ns
+            for src, starts, out in ((self._kernels, self._kstarts, ks), (self._copies, self._cstarts, cs)):
+                for r in src[bisect.bisect_left(starts, a):bisect.bisect_left(starts, b)]:
+                    start = self._t0 + int((r[0] - self._t0 + shift) / self.speed)  # compressed timeline, real durations
+                    out.append((start, start + r[1] - r[0]) + tuple(r[2:]))
+            for _, is_kernel, r in self._untimed[bisect.bisect_left(self._ustarts, a):bisect.bisect_left(self._ustarts, b)]:
+                (ks if is_kernel else cs).append(r)  # as recorded: the aggregator counts them invalid
         now = time.time()
         if ks:
             self.agg.add_kernels(ks, now)
