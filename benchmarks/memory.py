@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import gpu_workloads  # benchmarks/, the script's folder
+from step_log import theil_sen_mib_per_min
 
 
 def train(seconds: float, log_every: int = 0) -> int:
@@ -57,14 +58,6 @@ def train(seconds: float, log_every: int = 0) -> int:
         steps += 1
     torch.cuda.synchronize()
     return steps
-
-
-def _robust_slope(points: list[tuple[float, float]]) -> float:
-    """Theil-Sen slope (median of pairwise slopes) of (t seconds, MiB) in MiB per minute. A one-off step
-    (the first shard write importing pyarrow: +41-46 MiB on the H200) moves it far less than least
-    squares, and not at all when it lies near either end of the samples."""
-    slopes = [(b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(points) for b in points[i + 1:] if b[0] > a[0]]
-    return 60.0 * statistics.median(slopes) if slopes else float("nan")
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -198,7 +191,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
             result["rss_mib_per_cycle"] = result["rss_slope_mib_per_min"] / per_min
             # robust, over the second half (after the first window's shard write for runs >= 2 windows)
             half = [p for p in samples if p[0] >= 0.5 * seconds]
-            result["rss_theil_sen_second_half_mib_per_min"] = _robust_slope(half)
+            result["rss_theil_sen_second_half_mib_per_min"] = theil_sen_mib_per_min(half)
             result["rss_mib_per_cycle_robust"] = result["rss_theil_sen_second_half_mib_per_min"] / per_min
         result["records"] = session.agg.records_total
         result["max_open_signatures"] = max(sigs) if sigs else None

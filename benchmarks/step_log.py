@@ -72,6 +72,16 @@ def growth_after_2min(rss) -> tuple[float, float] | None:
     return (after[-1] - after[0], max(after) - after[0]) if after else None
 
 
+def theil_sen_mib_per_min(points) -> float:
+    """Theil-Sen slope (median of pairwise slopes) of ``[(t s, MiB), ...]`` in MiB a minute; NaN
+    without two distinct times. A one-off step (the first shard write importing pyarrow: +41-46 MiB
+    on the H200) moves it far less than least squares, and not at all near either end of the samples."""
+    t, v = (np.asarray(c, dtype=float) for c in zip(*points)) if points else (np.empty(0), np.empty(0))
+    i, j = np.triu_indices(len(t), k=1)
+    keep = t[j] > t[i]
+    return 60.0 * float(np.median((v[j] - v[i])[keep] / (t[j] - t[i])[keep])) if keep.any() else float("nan")
+
+
 def array_bytes(n: int) -> int:
     """Bytes of items an ``array('d')`` holds after ``n`` appends (CPython's ``array_resize``:
     ``new = (newsize >> 4) + (3 if size < 8 else 7) + newsize`` whenever it is full)."""

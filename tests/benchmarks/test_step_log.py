@@ -91,3 +91,18 @@ def test_a_run_recorded_with_the_streamed_log_is_reported_as_recorded():
     assert res["step_log_mib_at_end"] == 0
     assert res["without_step_log"] == res["recorded"]
     assert res["recorded"]["slope_mib_per_min"] == pytest.approx(0.6)
+
+
+def test_theil_sen_is_the_median_of_pairwise_slopes_and_ignores_a_step():
+    import math
+    import random
+    import statistics
+
+    rng = random.Random(3)
+    pts = [(5.0 * i, 100 + rng.gauss(0, 1)) for i in range(40)] + [(200.0, 100.0)]  # a repeated time: skipped
+    pairwise = [(b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(pts) for b in pts[i + 1:] if b[0] > a[0]]
+    assert step_log.theil_sen_mib_per_min(pts) == pytest.approx(60 * statistics.median(pairwise))
+    stepped = [(t, 0.5 * t / 60 + (30.0 if t > 600 else 0.0)) for t in range(0, 650, 5)]  # +30 MiB near the end
+    assert step_log.theil_sen_mib_per_min(stepped) == pytest.approx(0.5, abs=0.05)
+    assert math.isnan(step_log.theil_sen_mib_per_min([(1.0, 2.0)])) and math.isnan(step_log.theil_sen_mib_per_min([]))
+    assert math.isnan(step_log.theil_sen_mib_per_min([(1.0, 2.0), (1.0, 3.0)]))
