@@ -119,9 +119,11 @@ def soak(seconds: float, speed: float, sample_s: float = 5.0, *, out: str | None
         rss.append((time.monotonic() - t0, gpu_workloads.rss_mib()))
         proc.append((rss[-1][0], *gpu_workloads.proc_census()))
         if census_from_s is not None and regions is None and rss[-1][0] >= census_from_s:
-            if tracemalloc.is_tracing():  # kept on disk, not in this process's RSS, until the end
-                first = out / "tracemalloc_first.snapshot"
-                tracemalloc.take_snapshot().dump(str(first))
+            if tracemalloc.is_tracing():  # kept on disk (not in the shard root), not in this process's RSS
+                fd, name = tempfile.mkstemp(prefix="cw-replay-soak-", suffix=".snapshot")
+                os.close(fd)
+                first = Path(name)
+                tracemalloc.take_snapshot().dump(name)
             census["from"] = {"t_s": time.monotonic() - t0, "rss_mib": gpu_workloads.rss_mib(), **_heap_census()}
             regions = gpu_workloads.smaps_census()
     if regions is not None:

@@ -100,7 +100,8 @@ def test_smaps_census_sums_resident_memory_by_region(tmp_path):
 
 def test_smaps_growth_finds_touched_anonymous_memory():
     before = gpu_workloads.smaps_census()
-    kept = bytearray(48 << 20)  # above glibc's largest mmap threshold (32 MiB): anonymous memory, zero-filled: touched
+    kept = bytearray(48 << 20)  # above glibc's largest mmap threshold (32 MiB): anonymous memory
+    kept[::4096] = b"\x01" * (12 << 10)  # one byte a page: resident whether or not the allocation zero-filled it
     after = gpu_workloads.smaps_census()
     top = gpu_workloads.smaps_growth(before, after)[0]
     assert top["region"] == "[anon]" and top["rss_kib_diff"] >= 48 << 10

@@ -39,6 +39,8 @@ def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_pat
         assert 2 <= heap["from"]["t_s"] < heap["to"]["t_s"] and heap["to"]["python_traced_mib"] > 0
         assert heap["from"]["pyarrow_pool_mib"] >= 0 and isinstance(heap["growth_sites"], list)
         assert isinstance(heap["regions"], list) and all({"region", "rss_kib_diff"} <= set(r) for r in heap["regions"])
+        assert heap["growth_sites"]  # the RSS samples alone grow a list between the two snapshots
+        assert not any(p.suffix == ".snapshot" for p in out.rglob("*"))  # nothing left in the shard root
     else:
         assert "heap" not in res
 
