@@ -25,12 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 
-import gpu_workloads  # benchmarks/, the script's folder
-from step_log import StepLog, growth_after_2min, read_steps
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when imported by the tests
+
+import gpu_workloads  # noqa: E402
+from step_log import StepLog, growth_after_2min, read_steps  # noqa: E402
 
 
 def make_step(workload: str):
@@ -222,11 +225,13 @@ def analyze(shards: str, train_json: str, kps_json: str, job: str | None) -> dic
 
 def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0) -> dict:
     """Per on-phase of the collector (``CUDAWATCH_DUTY_LOG``): records traced against steps finished
-    inside it x kernels per step (are records lost?), and the program's step rate inside on-phases
+    inside it x records per step (kernels and copies, as torch.profiler counted them: the log counts
+    every record kind; are records lost?), and the program's step rate inside on-phases
     against the rate outside them (what tracing really slowed the program, next to the collector's
     own estimate ``f_on``)."""
     times = read_steps(steps_file(train_json))
-    kps = json.loads(Path(kps_json).read_text())["kernels_per_step"]
+    counted = json.loads(Path(kps_json).read_text())
+    rps = counted["kernels_per_step"] + counted.get("copies_per_step", 0.0)
     log = json.loads(Path(duty_log).read_text())
     fields = log["fields"]
     rows = [dict(zip(fields, r)) for r in log["rows"]]
@@ -241,9 +246,9 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
         on_steps += n
         on_time += b - a
         traced += r["records"]
-        expected += n * kps
+        expected += n * rps
         f_on.append(r["f_on"])
-        per_phase.append(r["records"] / (n * kps) if n else None)
+        per_phase.append(r["records"] / (n * rps) if n else None)
     total = int(times.searchsorted(hi) - times.searchsorted(lo))
     off_steps, off_time = total - on_steps, (hi - lo) - on_time
     rate_on = on_steps / on_time if on_time else None
@@ -251,7 +256,8 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
     slowdown = (rate_off / rate_on - 1) if rate_on and rate_off else None
     work_duty = on_steps / total if total else None
     return {"on_phases": len(per_phase), "on_time_s": on_time, "wall_duty": on_time / (hi - lo),
-            "work_duty": work_duty, "traced_records": traced, "expected_kernels_in_on_phases": expected,
+            "work_duty": work_duty, "traced_records": traced, "records_per_step": rps,
+            "expected_records_in_on_phases": expected,
             "traced_over_expected": traced / expected if expected else None,
             "per_phase_ratio_min": min((x for x in per_phase if x is not None), default=None),
             "per_phase_ratio_max": max((x for x in per_phase if x is not None), default=None),
