@@ -37,6 +37,7 @@ finish() {
         python3 benchmarks/soak.py analyze --shards $D/shards --train $D/$w.json --kps $D/kps_$w.json --job soak-$w --json $D/an_$w.json 2>&1 | tail -14
         python3 benchmarks/soak.py phases --train $D/$w.json --duty-log $D/duty_$w.json --kps $D/kps_$w.json --json $D/ph_$w.json 2>&1
     done
+    python3 benchmarks/soak.py gpumem --gpumem $D/gpumem.csv --train $D/lm.json $D/launch.json 2>&1
     mkdir -p $O && tar czf "$O/soak.tgz" -C "$(dirname "$D")" "$(basename "$D")"
 }
 case "${1:-run}" in

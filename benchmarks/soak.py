@@ -4,6 +4,7 @@
   cudawatch collect --job soak-lm --out shards -- python benchmarks/soak.py train --workload lm --seconds 900 --json lm.json
   python benchmarks/soak.py analyze --shards shards --train lm.json --kps kps_lm.json [--job soak-lm]
   python benchmarks/soak.py phases --train lm.json --duty-log duty_lm.json --kps kps_lm.json
+  python benchmarks/soak.py gpumem --gpumem gpumem.csv --train lm.json launch.json lm_none.json
 
 Workloads: ``lm`` = a small transformer language model (4 layers, d=256, 4 heads, sequence 128,
 batch 16, vocabulary 8192; AdamW, bf16 autocast); ``launch`` = the launch-bound loop of
@@ -18,6 +19,8 @@ window, the traced launches scaled by ``1 / sampling_duty`` with steps x kernels
 reports the RSS growth after the first 2 minutes. ``phases`` (with the collector's
 ``CUDAWATCH_DUTY_LOG``) compares each on-phase's traced records with the steps finished inside it,
 and the step rate inside on-phases with the rate outside them (the real slowdown while tracing).
+``gpumem`` reads each train JSON's process (``pid``) out of ``gpu_soak.sh``'s ``gpumem.csv``: GPU memory,
+which holds what CUPTI and the driver keep on the device and which no RSS figure shows.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def steps_file(train_json: str) -> Path:
 
 
 def _dump(out, workload, window_s, t0, steps, per_window, rss, proc, *, done, smaps_growth=None) -> dict:
-    res = {"workload": workload, "window_s": window_s, "t0": t0, "steps": steps, "done": done,
+    res = {"workload": workload, "pid": os.getpid(), "window_s": window_s, "t0": t0, "steps": steps, "done": done,
            "step_log": "streamed",  # step times on disk (step_log.StepLog), not in this process's RSS
            "steps_per_window": {str(k): v for k, v in sorted(per_window.items())}, "rss": list(rss),
            "proc": list(proc), "smaps_growth": smaps_growth}
@@ -267,6 +270,23 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
             "drain_wait_s_and_zero_ts": [(r["drain_wait_s"], r["zero_ts"]) for r in rows if "zero_ts" in r]}
 
 
+def gpu_memory(gpumem_csv: str, pid: int, sample_s: float = 15.0) -> dict:
+    """GPU memory of process ``pid`` as ``gpu_soak.sh`` samples it (``nvidia-smi --query-compute-apps=pid,
+    used_memory -l 15``: one ``pid, N MiB`` line per process per sample, no timestamps; sample k of
+    the pid is taken at ~k x ``sample_s``): first and last value, and each change with its time. CUPTI's
+    device buffers and whatever the driver keeps for it are here and nowhere in the RSS."""
+    series = []
+    for line in Path(gpumem_csv).read_text().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].endswith("MiB"):
+            series.append(int(fields[1].split()[0]))
+    if not series:
+        raise ValueError(f"no GPU memory samples of pid {pid} in {gpumem_csv}")
+    steps = [(k * sample_s, series[k] - series[k - 1]) for k in range(1, len(series)) if series[k] != series[k - 1]]
+    return {"pid": pid, "samples": len(series), "first_mib": series[0], "last_mib": series[-1],
+            "growth_mib": series[-1] - series[0], "changes_at_s_mib": steps}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -291,7 +311,15 @@ def main() -> None:
     p_.add_argument("--kps", required=True)
     p_.add_argument("--skip-s", type=float, default=120.0)
     p_.add_argument("--json")
+    g_ = sub.add_parser("gpumem")
+    g_.add_argument("--gpumem", required=True, help="gpu_soak.sh's gpumem.csv")
+    g_.add_argument("--train", nargs="+", required=True, help="train JSONs (their pid)")
     a = ap.parse_args()
+    if a.cmd == "gpumem":
+        for t in a.train:
+            tr = json.loads(Path(t).read_text())
+            print(t, json.dumps(gpu_memory(a.gpumem, tr["pid"])) if "pid" in tr else "no pid recorded")
+        return
     if a.cmd == "phases":
         res = phases(a.train, a.duty_log, a.kps, a.skip_s)
         if a.json:

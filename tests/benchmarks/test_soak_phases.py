@@ -35,3 +35,18 @@ def test_an_on_phase_that_lost_nothing_reads_one_with_copies_counted(tmp_path, c
     assert res["per_phase_ratio_max"] == pytest.approx(1.0)
     assert res["per_phase_ratio_min"] == pytest.approx(1 - 20 / (200 * per_step))  # the lossy phase shows
     assert res["traced_over_expected"] == pytest.approx(1 - 20 / (600 * per_step))
+
+
+def test_gpu_memory_follows_one_pid_through_nvidia_smi_samples(tmp_path):
+    """gpu_soak.sh's gpumem.csv interleaves every process on the GPU; a pid's series is its own."""
+    csv = tmp_path / "gpumem.csv"
+    rows = []
+    for k, (a, b) in enumerate([(1294, 612), (1294, 612), (1296, 612), (1296, 614), (1298, 614)]):
+        rows += [f"792, {a} MiB", f"793, {b} MiB"] + (["[Insufficient Permissions]"] if k == 2 else [])
+    csv.write_text("\n".join(rows) + "\n")
+    g = soak.gpu_memory(str(csv), 792)
+    assert (g["samples"], g["first_mib"], g["last_mib"], g["growth_mib"]) == (5, 1294, 1298, 4)
+    assert g["changes_at_s_mib"] == [(30.0, 2), (60.0, 2)]
+    assert soak.gpu_memory(str(csv), 793)["changes_at_s_mib"] == [(45.0, 2)]
+    with pytest.raises(ValueError, match="no GPU memory samples of pid 1"):
+        soak.gpu_memory(str(csv), 1)
