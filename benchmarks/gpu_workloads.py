@@ -75,6 +75,15 @@ def smaps_growth(first: dict, last: dict, top: int = 12) -> list[dict]:
     return sorted(rows, key=lambda r: -abs(r["rss_kib_diff"]))[:top]
 
 
+def pin_duty(session, duty: float) -> None:
+    """Hold a running collector session's traced fraction at ``duty`` (benchmarks only): the
+    controller keeps it whatever its estimate says, so every period cycles (``duty`` < 1) or, from
+    the period after the current one, CUPTI stays attached (``duty`` = 1)."""
+    ctl = session.controller
+    ctl.duty = duty
+    ctl.update = lambda est: ctl.duty
+
+
 def launch_step(launches: int = 100):
     """The launch-bound loop: ``launches`` tiny in-place adds, then a synchronize."""
     import torch

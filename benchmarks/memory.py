@@ -135,10 +135,8 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         session = collector.start(job="memory-bench", out=root)
         if not session.active:
             raise SystemExit(f"collector did not start: {session.reason}")
-        if duty is not None:  # benchmark only: hold the traced fraction so every period cycles
-            ctl = session.controller
-            ctl.duty = duty
-            ctl.update = lambda est: ctl.duty
+        if duty is not None:
+            gpu_workloads.pin_duty(session, duty)
     wall0 = time.time()
     samples: list[tuple[float, float]] = []
     blocks: list[tuple[float, float]] = []  # (t, Python allocator blocks in thousands)

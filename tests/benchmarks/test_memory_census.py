@@ -106,3 +106,14 @@ def test_smaps_growth_finds_touched_anonymous_memory():
     top = gpu_workloads.smaps_growth(before, after)[0]
     assert top["region"] == "[anon]" and top["rss_kib_diff"] >= 48 << 10
     assert len(kept) == 48 << 20
+
+
+def test_a_pinned_duty_holds_whatever_the_controller_estimates():
+    from types import SimpleNamespace
+
+    from collector.control import DutyController, Estimate
+
+    s = SimpleNamespace(controller=DutyController(2.0))
+    gpu_workloads.pin_duty(s, 0.25)
+    for est in (Estimate(on_s=1.0, cost_s=0.9), Estimate(on_s=1.0, cost_s=0.0)):  # far over, far under budget
+        assert s.controller.update(est) == 0.25 and s.controller.duty == 0.25
