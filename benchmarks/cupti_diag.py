@@ -4,7 +4,7 @@ state is per process); ``all`` runs them in sequence and writes one JSON.
 
   python benchmarks/cupti_diag.py all --json diag.json [--records rec.jsonl.gz] [--seconds 40]
   python benchmarks/cupti_diag.py zerots --config ours_forced --seconds 40
-  python benchmarks/cupti_diag.py cycles --variant finalize_ours --cycles 15
+  python benchmarks/cupti_diag.py cycles --variant finalize_ours --cycles 15 [--attr ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED=1]
   python benchmarks/cupti_diag.py launch
 
 zerots: the CNN training loop of ``benchmarks/memory.py`` traced all the time (no cycling) while a
@@ -12,7 +12,9 @@ zerots: the CNN training loop of ``benchmarks/memory.py`` traced all the time (n
   delivered, records with start == 0 / end == 0 / end < start, CUPTI's dropped count, RSS and the
   GPU memory in use. Configs differ in the device-buffer attributes and in forced/unforced flushes.
 cycles: the same loop with N attach / 0.3 s traced / pause cycles; per cycle RSS, GPU memory,
-  host buffers requested vs completed and the cycle's time, for several pausing mechanisms.
+  host buffers requested vs completed and the cycle's time, for several pausing mechanisms, and the
+  GPU memory the cycles after the first two kept (``--attr`` sets further activity attributes at
+  every attach: which of CUPTI's allocations a finalize does not give back).
 launch: launch-bound loop (100 x ``x.add_(1)`` then sync) rate untraced, traced with the real
   callback, with a callback that only counts, with one that only iterates the records, with
   records left inside CUPTI (no delivery during the measurement), after disable, after finalize.
@@ -28,8 +30,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
-import gpu_workloads  # benchmarks/, the script's folder
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when imported by the tests
+
+import gpu_workloads  # noqa: E402
 
 ZEROTS_CONFIGS = {
     # name: (device buffer bytes or None = CUPTI default, pool limit or None, forced flush)
@@ -40,9 +45,33 @@ ZEROTS_CONFIGS = {
 CYCLE_VARIANTS = ("finalize_ours", "finalize_host1", "finalize_default_dev", "disable_flush", "disable_first_finalize")
 
 
+#: activity attributes whose value is a uint8_t flag in cupti_activity.h (the others used here are size_t)
+FLAG_ATTRS = ("ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED", "ATTR_ZEROED_OUT_BUFFER", "ATTR_PER_THREAD_BUFFER")
+
+
 def _set_attr(cupti, attr, value: int) -> None:
-    v, size = ctypes.c_size_t(value), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+    ctype = ctypes.c_uint8 if attr.name in FLAG_ATTRS else ctypes.c_size_t
+    v, size = ctype(value), ctypes.c_size_t(ctypes.sizeof(ctype))
     cupti.activity_set_attribute(attr, ctypes.addressof(size), ctypes.addressof(v))
+
+
+def parse_attrs(items: list[str]) -> dict[str, int]:
+    """``["ATTR_X=1", ...]`` (``--attr``) as ``{"ATTR_X": 1}``; a malformed item is an error."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("ATTR_") or not value.strip().isdigit():
+            raise ValueError(f"--attr wants ATTR_NAME=non-negative integer, got {item!r}")
+        out[name] = int(value)
+    return out
+
+
+def gpu_growth(rows: list[dict], skip: int = 2) -> dict:
+    """GPU memory a run of cycles kept: the sum of per-cycle deltas after the first ``skip`` cycles
+    (one-off allocations), how many cycles grew, and the mean per cycle."""
+    late = [r["gpu_delta_mib"] for r in rows[skip:]]
+    return {"gpu_growth_after_first_cycles_mib": round(sum(late), 2), "cycles_with_gpu_growth": sum(1 for d in late if d > 0),
+            "gpu_mib_per_cycle": round(sum(late) / len(late), 3) if late else None}
 
 
 def _get_attr(cupti, attr) -> int | str:
@@ -184,10 +213,12 @@ def zerots(config: str, seconds: float, keep_path: str | None) -> dict:
             "steps": steps[0], "final": dict(cnt.c), "first_invalid_at_s": onset, "series": series}
 
 
-def cycles(variant: str, n: int) -> dict:
+def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
+    """``attrs`` (``--attr``): further activity attributes set at every attach, after the variant's own."""
     from cupti import cupti
 
     A = cupti.ActivityAttribute
+    attrs = attrs or {}
     host = 1 << 20 if variant == "finalize_host1" else 8 << 20
     cnt = Counter(cupti)
     kinds = _kinds(cupti)
@@ -197,6 +228,8 @@ def cycles(variant: str, n: int) -> dict:
         if variant != "finalize_default_dev" and variant != "disable_flush":
             _set_attr(cupti, A.ATTR_DEVICE_BUFFER_SIZE, 4 << 20)
             _set_attr(cupti, A.ATTR_DEVICE_BUFFER_POOL_LIMIT, 4)
+        for name, value in attrs.items():
+            _set_attr(cupti, getattr(A, name), value)
 
     def attach():
         cupti.activity_register_callbacks(lambda: cnt.requested_cb(host), cnt.completed)
@@ -254,7 +287,8 @@ def cycles(variant: str, n: int) -> dict:
     r_before = gpu_workloads.rss_mib()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     per = [r["rss_delta_mib"] for r in rows[2:]]
-    return {"variant": variant, "host_buffer": host, "cycles": n, "rows": rows,
+    return {"variant": variant, "attrs": attrs, "attrs_read_back": {k: _get_attr(cupti, getattr(A, k)) for k in attrs},
+            "host_buffer": host, "cycles": n, "rows": rows, **gpu_growth(rows),
             "rss_per_cycle_mib_median": sorted(per)[len(per) // 2] if per else None,
             "rss_released_by_malloc_trim_mib": round(r_before - gpu_workloads.rss_mib(), 1),
             "outstanding_buffers": cnt.requested - cnt.c["buffers"], "final": dict(cnt.c)}
@@ -355,6 +389,8 @@ def main() -> None:
     c = sub.add_parser("cycles")
     c.add_argument("--variant", choices=CYCLE_VARIANTS, required=True)
     c.add_argument("--cycles", type=int, default=15)
+    c.add_argument("--attr", action="append", default=[], metavar="ATTR_NAME=VALUE",
+                   help="a further cupti.ActivityAttribute set at every attach (repeatable)")
     sub.add_parser("launch")
     a_ = sub.add_parser("all")
     a_.add_argument("--json", required=True)
@@ -365,7 +401,7 @@ def main() -> None:
     if a.cmd == "zerots":
         print(json.dumps(zerots(a.config, a.seconds, a.records)))
     elif a.cmd == "cycles":
-        print(json.dumps(cycles(a.variant, a.cycles)))
+        print(json.dumps(cycles(a.variant, a.cycles, parse_attrs(a.attr))))
     elif a.cmd == "launch":
         print(json.dumps(launch()))
     else:
