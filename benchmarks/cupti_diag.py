@@ -219,6 +219,7 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
 
     A = cupti.ActivityAttribute
     attrs = attrs or {}
+    read_back: dict = {}
     host = 1 << 20 if variant == "finalize_host1" else 8 << 20
     cnt = Counter(cupti)
     kinds = _kinds(cupti)
@@ -230,6 +231,8 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
             _set_attr(cupti, A.ATTR_DEVICE_BUFFER_POOL_LIMIT, 4)
         for name, value in attrs.items():
             _set_attr(cupti, getattr(A, name), value)
+        if attrs and not read_back:  # while attached (after a finalize a call would start CUPTI afresh)
+            read_back.update({k: _get_attr(cupti, getattr(A, k)) for k in attrs})
 
     def attach():
         cupti.activity_register_callbacks(lambda: cnt.requested_cb(host), cnt.completed)
@@ -287,7 +290,7 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
     r_before = gpu_workloads.rss_mib()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     per = [r["rss_delta_mib"] for r in rows[2:]]
-    return {"variant": variant, "attrs": attrs, "attrs_read_back": {k: _get_attr(cupti, getattr(A, k)) for k in attrs},
+    return {"variant": variant, "attrs": attrs, "attrs_read_back": read_back,
             "host_buffer": host, "cycles": n, "rows": rows, **gpu_growth(rows),
             "rss_per_cycle_mib_median": sorted(per)[len(per) // 2] if per else None,
             "rss_released_by_malloc_trim_mib": round(r_before - gpu_workloads.rss_mib(), 1),

@@ -272,8 +272,9 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
 
 def gpu_memory(gpumem_csv: str, pid: int, sample_s: float = 15.0) -> dict:
     """GPU memory of process ``pid`` as ``gpu_soak.sh`` samples it (``nvidia-smi --query-compute-apps=pid,
-    used_memory -l 15``: one ``pid, N MiB`` line per process per sample, no timestamps; sample k of
-    the pid is taken at ~k x ``sample_s``): first and last value, and each change with its time. CUPTI's
+    used_memory -l 15``: one ``pid, N MiB`` line per process per sample, no timestamps; a change's time
+    is k x ``sample_s`` for the pid's k-th sample, counted from its first, not from the run's start):
+    first and last value, and each change with its time. CUPTI's
     device buffers and whatever the driver keeps for it are here and nowhere in the RSS."""
     series = []
     for line in Path(gpumem_csv).read_text().splitlines():
@@ -316,10 +317,15 @@ def main() -> None:
     g_.add_argument("--train", nargs="+", required=True, help="train JSONs (their pid)")
     a = ap.parse_args()
     if a.cmd == "gpumem":
-        for t in a.train:
+        failed = 0
+        for t in a.train:  # every file is reported; one without samples does not hide the others
             tr = json.loads(Path(t).read_text())
-            print(t, json.dumps(gpu_memory(a.gpumem, tr["pid"])) if "pid" in tr else "no pid recorded")
-        return
+            try:
+                print(t, json.dumps(gpu_memory(a.gpumem, tr["pid"])) if "pid" in tr else "no pid recorded")
+            except ValueError as exc:
+                print(t, f"error: {exc}")
+                failed += 1
+        raise SystemExit(1 if failed else 0)
     if a.cmd == "phases":
         res = phases(a.train, a.duty_log, a.kps, a.skip_s)
         if a.json:

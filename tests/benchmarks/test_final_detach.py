@@ -17,3 +17,21 @@ def test_marker_launches_sum_every_window_and_process_of_the_marker_only(tmp_pat
     sh.write_shard(tmp_path, "kernels", later, HOUR, host="h0", pid=43)
     assert final_detach.marker_launches(tmp_path) == {xor: 206}
     assert final_detach.marker_launches(tmp_path / "nothing") == {}
+
+
+def _obs(**over):
+    obs = {"queue_s": 1.0, "burst": 500, "pre": 1000, "marker_kernels": {"BitwiseXorFunctor<short>": 1480},
+           "attached_at_stop": True, "spin_running_at_stop": True, "detaches_before_burst": 1, "detaches_after_stop": 2}
+    return {**obs, **over}
+
+
+def test_summary_counts_the_missing_marker_launches_and_keeps_every_observation():
+    res = final_detach.summarize(_obs())
+    assert (res["marker_traced"], res["marker_expected"], res["marker_missing"], res["valid_run"]) == (1480, 1500, 20, True)
+    assert set(_obs()) <= set(res)
+
+
+def test_a_run_that_did_not_stop_what_it_meant_to_is_not_valid():
+    for over in ({"marker_kernels": {}}, {"attached_at_stop": False}, {"spin_running_at_stop": False},
+                 {"detaches_after_stop": 3}):  # a cycle detached between the burst and the stop
+        assert final_detach.summarize(_obs(**over))["valid_run"] is False, over
