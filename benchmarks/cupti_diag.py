@@ -30,11 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when imported by the tests
-
-import gpu_workloads  # noqa: E402
+import gpu_workloads  # benchmarks/, the script's folder
 
 ZEROTS_CONFIGS = {
     # name: (device buffer bytes or None = CUPTI default, pool limit or None, forced flush)

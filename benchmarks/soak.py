@@ -28,15 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when imported by the tests
-
-import gpu_workloads  # noqa: E402
-from step_log import StepLog, growth_after_2min, read_steps  # noqa: E402
+import gpu_workloads  # benchmarks/, the script's folder
+from step_log import StepLog, growth_after_2min, read_steps
 
 
 def make_step(workload: str):

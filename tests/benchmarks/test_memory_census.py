@@ -1,15 +1,14 @@
 """benchmarks/memory.py --census: the type census names what grew between two counts."""
 
 import importlib.util
-import sys
 from pathlib import Path
 
+import gpu_workloads  # benchmarks/ (tests/benchmarks/conftest.py puts it on the path)
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # memory.py imports its sibling gpu_workloads, as a script does
 _spec = importlib.util.spec_from_file_location("memory_bench", ROOT / "benchmarks" / "memory.py")
 memory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(memory)
-import gpu_workloads  # noqa: E402 (benchmarks/ is on the path above)
 
 
 class _Kept:

@@ -4,13 +4,11 @@ processes, and says when the process is not back to its baseline after the stop.
 import importlib.util
 import random
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its siblings (overhead, gpu_workloads)
 _spec = importlib.util.spec_from_file_location("overhead_paired", ROOT / "benchmarks" / "overhead_paired.py")
 paired = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(paired)
