@@ -37,14 +37,13 @@ import argparse
 import collections
 import gc
 import json
-import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import gpu_workloads  # benchmarks/, the script's folder
-from step_log import theil_sen_mib_per_min
+from step_log import least_squares_mib_per_min, theil_sen_mib_per_min
 
 
 def train(seconds: float, log_every: int = 0) -> int:
@@ -58,13 +57,6 @@ def train(seconds: float, log_every: int = 0) -> int:
         steps += 1
     torch.cuda.synchronize()
     return steps
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (t seconds, MiB) in MiB per minute."""
-    if len(points) < 3 or len({t for t, _ in points}) < 2:
-        return float("nan")
-    return 60.0 * statistics.linear_regression([t for t, _ in points], [v for _, v in points]).slope
 
 
 def day_volume(root: Path, tmp: Path) -> dict:
@@ -166,11 +158,11 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
     result = {"collector": collect, "seconds": seconds, "steps": steps, "rss_start_mib": rss0,
               "rss_end_mib": samples[-1][1] if samples else None, "rss_samples": samples}
     tail = [p for p in samples if p[0] >= 0.2 * seconds]
-    result["rss_slope_mib_per_min"] = _slope(tail)
+    result["rss_slope_mib_per_min"] = least_squares_mib_per_min(tail)
     result["rss_growth_after_warmup_mib"] = (tail[-1][1] - tail[0][1]) if tail else None
-    result["py_blocks_k_per_min"] = _slope([p for p in blocks if p[0] >= 0.2 * seconds])
+    result["py_blocks_k_per_min"] = least_squares_mib_per_min([p for p in blocks if p[0] >= 0.2 * seconds])
     late = [p for p in procs if p[0] >= 0.2 * seconds]
-    result["rss_anon_slope_mib_per_min"] = _slope([(p[0], p[2]) for p in late])
+    result["rss_anon_slope_mib_per_min"] = least_squares_mib_per_min([(p[0], p[2]) for p in late])
     if procs:
         result["threads_first_last_max"] = [procs[0][1], procs[-1][1], max(p[1] for p in procs)]
         result["mappings_first_last_max"] = [procs[0][3], procs[-1][3], max(p[3] for p in procs)]

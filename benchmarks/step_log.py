@@ -82,6 +82,15 @@ def theil_sen_mib_per_min(points) -> float:
     return 60.0 * float(np.median((v[j] - v[i])[keep] / (t[j] - t[i])[keep])) if keep.any() else float("nan")
 
 
+def least_squares_mib_per_min(points) -> float:
+    """Least-squares slope of ``[(t s, MiB), ...]`` in MiB a minute; NaN with fewer than 3 points or
+    without two distinct times."""
+    if len(points) < 3:
+        return float("nan")
+    t, v = (np.asarray(c, dtype=float) for c in zip(*points))
+    return 60.0 * float(np.polyfit(t, v, 1)[0]) if np.ptp(t) > 0 else float("nan")
+
+
 def array_bytes(n: int) -> int:
     """Bytes of items an ``array('d')`` holds after ``n`` appends (CPython's ``array_resize``:
     ``new = (newsize >> 4) + (3 if size < 8 else 7) + newsize`` whenever it is full)."""
@@ -112,8 +121,9 @@ def rss_measures(t: np.ndarray, rss_mib: np.ndarray, lo_s: float = 245.0, hi_s: 
     with fewer than 3 samples there)."""
     m = (t >= lo_s) & (t <= hi_s)
     growth = growth_after_2min(zip(t, rss_mib))
+    slope = least_squares_mib_per_min(list(zip(t[m], rss_mib[m])))
     return {"growth_after_2min_mib": float(growth[0]) if growth else None,
-            "slope_mib_per_min": float(np.polyfit(t[m] / 60, rss_mib[m], 1)[0]) if m.sum() >= 3 else None}
+            "slope_mib_per_min": None if np.isnan(slope) else slope}
 
 
 def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) -> dict:

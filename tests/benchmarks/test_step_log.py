@@ -106,3 +106,16 @@ def test_theil_sen_is_the_median_of_pairwise_slopes_and_ignores_a_step():
     assert step_log.theil_sen_mib_per_min(stepped) == pytest.approx(0.5, abs=0.05)
     assert math.isnan(step_log.theil_sen_mib_per_min([(1.0, 2.0)])) and math.isnan(step_log.theil_sen_mib_per_min([]))
     assert math.isnan(step_log.theil_sen_mib_per_min([(1.0, 2.0), (1.0, 3.0)]))
+
+
+def test_least_squares_slope_is_the_regression_slope_per_minute_and_nan_when_undefined():
+    import math
+    import random
+    import statistics
+
+    rng = random.Random(3)
+    pts = [(5.0 * i, 100 + 0.02 * i + rng.gauss(0, 0.3)) for i in range(40)]
+    want = 60 * statistics.linear_regression([t for t, _ in pts], [v for _, v in pts]).slope
+    assert step_log.least_squares_mib_per_min(pts) == pytest.approx(want, rel=1e-9)
+    for undefined in ([], pts[:2], [(7.0, 1.0), (7.0, 2.0), (7.0, 3.0)]):
+        assert math.isnan(step_log.least_squares_mib_per_min(undefined))
