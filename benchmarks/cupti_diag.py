@@ -46,8 +46,12 @@ CYCLE_VARIANTS = ("finalize_ours", "finalize_host1", "finalize_default_dev", "di
 FLAG_ATTRS = ("ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED", "ATTR_ZEROED_OUT_BUFFER", "ATTR_PER_THREAD_BUFFER")
 
 
+def _attr_ctype(attr):
+    return ctypes.c_uint8 if attr.name in FLAG_ATTRS else ctypes.c_size_t
+
+
 def _set_attr(cupti, attr, value: int) -> None:
-    ctype = ctypes.c_uint8 if attr.name in FLAG_ATTRS else ctypes.c_size_t
+    ctype = _attr_ctype(attr)
     v, size = ctype(value), ctypes.c_size_t(ctypes.sizeof(ctype))
     cupti.activity_set_attribute(attr, ctypes.addressof(size), ctypes.addressof(v))
 
@@ -72,7 +76,8 @@ def gpu_growth(rows: list[dict], skip: int = 2) -> dict:
 
 
 def _get_attr(cupti, attr) -> int | str:
-    v, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+    ctype = _attr_ctype(attr)
+    v, size = ctype(0), ctypes.c_size_t(ctypes.sizeof(ctype))
     try:
         cupti.activity_get_attribute(attr, ctypes.addressof(size), ctypes.addressof(v))
     except Exception as exc:  # reported, not hidden

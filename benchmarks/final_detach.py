@@ -38,15 +38,18 @@ MARK = "xor"  # the marker kernel's name holds this (at::native::BitwiseXorFunct
 
 
 def marker_launches(root) -> dict[str, int]:
-    """Launches per kernel name holding ``MARK`` in the kernel shards under ``root``."""
+    """Launches per kernel name holding ``MARK`` (in any case) in the kernel shards under ``root``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     from cudawatch.shards import list_shards, read_shard
 
-    out: dict[str, int] = {}
-    for f in list_shards(root, "kernels"):
-        for r in read_shard(f).select(["kernel", "launches"]).to_pylist():
-            if MARK in r["kernel"].lower():
-                out[r["kernel"]] = out.get(r["kernel"], 0) + r["launches"]
-    return out
+    tables = [read_shard(f).select(["kernel", "launches"]) for f in list_shards(root, "kernels")]
+    if not tables:
+        return {}
+    t = pa.concat_tables(tables)
+    t = t.filter(pc.match_substring(pc.utf8_lower(t["kernel"]), MARK)).group_by("kernel").aggregate([("launches", "sum")])
+    return dict(zip(t["kernel"].to_pylist(), t["launches_sum"].to_pylist()))
 
 
 def spin_cycles_per_s() -> float:

@@ -315,10 +315,12 @@ def main() -> None:
     a = ap.parse_args()
     if a.cmd == "gpumem":
         failed = 0
-        for t in a.train:  # every file is reported; one without samples does not hide the others
+        for t in a.train:  # every file is reported; one without samples (or without a pid) does not hide the others
             tr = json.loads(Path(t).read_text())
             try:
-                print(t, json.dumps(gpu_memory(a.gpumem, tr["pid"])) if "pid" in tr else "no pid recorded")
+                if "pid" not in tr:
+                    raise ValueError("no pid recorded (written before soak.py recorded one)")
+                print(t, json.dumps(gpu_memory(a.gpumem, tr["pid"])))
             except ValueError as exc:
                 print(t, f"error: {exc}")
                 failed += 1

@@ -18,3 +18,11 @@ def test_gpu_growth_skips_the_first_cycles_one_off_allocations():
     g = cupti_diag.gpu_growth(rows)
     assert g == {"gpu_growth_after_first_cycles_mib": 2.0, "cycles_with_gpu_growth": 2, "gpu_mib_per_cycle": round(2.0 / 6, 3)}
     assert cupti_diag.gpu_growth(rows[:2])["gpu_mib_per_cycle"] is None
+
+
+def test_flag_attributes_are_set_and_read_as_one_byte_the_others_as_size_t():
+    import ctypes
+    from types import SimpleNamespace
+
+    assert cupti_diag._attr_ctype(SimpleNamespace(name="ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED")) is ctypes.c_uint8
+    assert cupti_diag._attr_ctype(SimpleNamespace(name="ATTR_DEVICE_BUFFER_SIZE")) is ctypes.c_size_t

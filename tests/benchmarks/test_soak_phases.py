@@ -1,6 +1,9 @@
 """benchmarks/soak.py phases: records traced per on-phase against the steps finished inside it."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,3 +53,34 @@ def test_gpu_memory_follows_one_pid_through_nvidia_smi_samples(tmp_path):
     assert soak.gpu_memory(str(csv), 793)["changes_at_s_mib"] == [(45.0, 2)]
     with pytest.raises(ValueError, match="no GPU memory samples of pid 1"):
         soak.gpu_memory(str(csv), 1)
+
+
+# A real soak: the LM loop under `cudawatch collect` for 900 s on an H100 (docs/benchmarks.md §20), its
+# step times, duty log and torch.profiler count, and nvidia-smi's GPU memory of every process on the GPU.
+S20 = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "session_20261207e_h100"
+
+
+def test_the_h100_soaks_lm_phases_read_one_once_copies_are_counted():
+    res = soak.phases(str(S20 / "lm.json"), str(S20 / "duty_lm.json"), str(S20 / "kps_lm.json"))
+    assert res["on_phases"] == 26 and res["records_per_step"] == pytest.approx(296 + 1142 / 30)
+    assert res["traced_over_expected"] == pytest.approx(0.998, abs=0.001)  # kernels alone read 1.127
+    assert 0.96 < res["per_phase_ratio_min"] <= res["per_phase_ratio_max"] < 1.02
+
+
+def test_the_h100_soaks_gpu_memory_grows_in_the_traced_processes_only():
+    csv = str(S20 / "gpumem.csv")  # pids: 792 the traced LM, 793 the traced launch loop, 649 the LM alone
+    for pid in (792, 793):
+        g = soak.gpu_memory(csv, pid)
+        assert g["growth_mib"] == 16 and [d for _, d in g["changes_at_s_mib"]] == [2] * 8
+    assert soak.gpu_memory(csv, 649)["growth_mib"] == 0 and soak.gpu_memory(csv, 649)["changes_at_s_mib"] == []
+
+
+def test_gpumem_reports_every_file_and_fails_for_one_without_a_pid(tmp_path):
+    with_pid = tmp_path / "lm_traced.json"
+    with_pid.write_text(json.dumps({"workload": "lm", "pid": 792}))
+    p = subprocess.run([sys.executable, "benchmarks/soak.py", "gpumem", "--gpumem", str(S20 / "gpumem.csv"),
+                        "--train", str(S20 / "lm.json"), str(with_pid)],  # §20's lm.json predates the pid
+                       cwd=S20.parents[4], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    assert "error: no pid recorded" in lines[0] and json.loads(lines[1].split(" ", 1)[1])["growth_mib"] == 16
