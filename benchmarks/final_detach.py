@@ -13,7 +13,7 @@ on; then, all on one stream:
    traced while attached, they show that the kernel is found in the shards;
 2. a spin kernel (``torch.cuda._sleep``) holding the stream for ``--queue-s`` seconds, calibrated here;
 3. ``--burst`` more xor launches queued behind it (fewer than CUDA's launch queue holds, so the host
-   never blocks and every one is still queued), and ``collector.stop()`` at once, while the spin
+   never blocks and every one is still queued; a ``burst_launch_s`` near ``queue_s`` says it blocked), and ``collector.stop()`` at once, while the spin
    kernel still runs (checked with an event recorded after it: ``spin_running_at_stop``), then a
    synchronize.
 
@@ -134,7 +134,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queue-s", type=float, default=1.0, help="seconds the spin kernel holds the stream")
     ap.add_argument("--burst", type=int, default=500,
-                    help="marker launches queued behind it (below CUDA's ~1,000-entry launch queue, so none blocks)")
+                    help="marker launches queued behind it; keep it below the depth of CUDA's launch queue (about a thousand "
+                         "entries, not measured here) so none blocks: burst_launch_s says whether one did")
     ap.add_argument("--pre", type=int, default=1_000, help="marker launches traced before, synchronized")
     ap.add_argument("--warm-s", type=float, default=40.0, help="seconds before the marker (past the first period)")
     ap.add_argument("--json")
