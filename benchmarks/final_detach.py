@@ -13,9 +13,9 @@ on; then, all on one stream:
    traced while attached, they show that the kernel is found in the shards;
 2. a spin kernel (``torch.cuda._sleep``) holding the stream for ``--queue-s`` seconds, calibrated here;
 3. ``--burst`` more xor launches queued behind it (fewer than CUDA's launch queue holds, so the host
-   never blocks and every one is still queued; a ``burst_launch_s`` near ``queue_s`` says it blocked), and ``collector.stop()`` at once, while the spin
-   kernel still runs (checked with an event recorded after it: ``spin_running_at_stop``), then a
-   synchronize.
+   never blocks and every one is still queued; a ``burst_launch_s`` near ``queue_s`` says it
+   blocked), and ``collector.stop()`` at once, while the spin kernel still runs (checked with an
+   event recorded after it: ``spin_running_at_stop``), then a synchronize.
 
 It reports the xor launches the shards hold against ``pre + burst``, the records without
 timestamps and delivered, the drain's counts (``final`` 1: the last detach ran attached), how long
