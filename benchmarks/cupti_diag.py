@@ -14,7 +14,8 @@ zerots: the CNN training loop of ``benchmarks/memory.py`` traced all the time (n
 cycles: the same loop with N attach / 0.3 s traced / pause cycles; per cycle RSS, GPU memory,
   host buffers requested vs completed and the cycle's time, for several pausing mechanisms, and the
   GPU memory the cycles after the first two kept (``--attr`` sets further activity attributes at
-  every attach: which of CUPTI's allocations a finalize does not give back).
+  every attach: which of CUPTI's allocations a finalize does not give back; ``finalize_idle``
+  attaches with every kind enabled but launches nothing while attached: is it per attach or per record).
 launch: launch-bound loop (100 x ``x.add_(1)`` then sync) rate untraced, traced with the real
   callback, with a callback that only counts, with one that only iterates the records, with
   records left inside CUPTI (no delivery during the measurement), after disable, after finalize.
@@ -39,7 +40,8 @@ ZEROTS_CONFIGS = {
     "default_forced": (None, None, True),
     "ours_unforced": (4 << 20, 4, False),
 }
-CYCLE_VARIANTS = ("finalize_ours", "finalize_host1", "finalize_default_dev", "disable_flush", "disable_first_finalize")
+CYCLE_VARIANTS = ("finalize_ours", "finalize_host1", "finalize_default_dev", "disable_flush", "disable_first_finalize",
+                  "finalize_idle")
 
 
 #: activity attributes whose value is a uint8_t flag in cupti_activity.h (the others used here are size_t)
@@ -262,7 +264,10 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
         t_attach = time.perf_counter() - t0
         t_end = time.perf_counter() + 0.3
         while time.perf_counter() < t_end:
-            step()
+            if variant == "finalize_idle":  # attached with every kind enabled, nothing launched: no records
+                time.sleep(0.01)
+            else:
+                step()
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         if variant == "disable_flush":

@@ -1,12 +1,13 @@
-"""The program's last detach with kernels still queued on the GPU: what the never-fence rule costs.
+"""The program's last detach with kernels still queued on the GPU: are their records kept?
 
   python benchmarks/final_detach.py --json final_detach.json [--queue-s 1.0] [--burst 500]
 
-The collector never fences the program's last detach (``collector.drain``: its context may be going
-away under the poll), so records of kernels still queued when ``collector.stop()`` runs may come back
-without timestamps (counted, ``invalid_zero_timestamp``) or not at all. Every run before this one
-stopped an idle GPU (``memory.py`` synchronizes first; docs/benchmarks.md §19). Here the collector
-runs in-process with its traced fraction pinned at 1, so CUPTI stays attached from its second period
+Records of kernels still queued when the last detach force-flushes come back without timestamps
+(counted, ``invalid_zero_timestamp``) and are lost for good. Until 2026-12-07 the collector never
+fenced that detach, and on an H100 a stop with this script's queue lost all 501 (docs/benchmarks.md
+§21); it now fences it with the longer bound ``collector.drain.FINAL_MAX_S``.
+``CUDAWATCH_DETACH_DRAIN=adaptive`` (no fence) is the control. Every run before §21 stopped an idle GPU
+(``memory.py`` synchronizes first). Here the collector runs in-process with its traced fraction pinned at 1, so CUPTI stays attached from its second period
 on; then, all on one stream:
 
 1. ``--pre`` launches of a kernel used nowhere else (``bitwise_xor_`` on an int16 tensor), synchronized:
@@ -18,7 +19,7 @@ on; then, all on one stream:
    event recorded after it: ``spin_running_at_stop``), then a synchronize.
 
 It reports the xor launches the shards hold against ``pre + burst``, the records without
-timestamps and delivered, the drain's counts (``final`` 1: the last detach ran attached), how long
+timestamps and delivered, the drain's counts (``fence.final`` 1: the last detach fenced), how long
 ``stop()`` took and ``valid_run`` (``summarize``). Drops CUPTI reports at the last detach are not
 seen (the session reads them only while attached); a missing marker launch shows in the count.
 Needs a GPU.

@@ -32,8 +32,13 @@ adaptive floor, which stays the whole wait, as before (§18: 12 of 12 detaches o
 synchronizes every step). A fence
 that fails (no ``libcuda``, a driver error, a call that hit a graph capture) is dropped for the rest
 of the process, with the reason counted in ``health``, and the adaptive wait goes on alone; a
-blocking stream capturing a graph skips the fence for that detach only; the program's last detach
-never fences (``collector.cuda_fence`` has the hazards). A kernel that never ends on the legacy
+blocking stream capturing a graph skips the fence for that detach only. The program's last detach
+(``collector.stop()``: at exit, on SIGTERM, or when the program stops the collector) fences too, with
+the longer bound ``FINAL_MAX_S``: its records would otherwise be lost for good, and the stop waits for
+that queue anyway (on an H100, a stop with a 1-s kernel and 500 launches queued took 1.34 s without a
+fence and lost all 501 records, docs/benchmarks.md §21). At that point the context is still alive:
+Python runs ``atexit`` handlers before the CUDA runtime's own teardown (``collector.cuda_fence`` has
+the hazards that stay). A kernel that never ends on the legacy
 stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
 fences in a row ran to the bound (the fence's ``timed_out``: events still pending; a skip neither
 counts nor breaks the row) the fence is dropped like a failed one (a long queue under sharing
@@ -53,6 +58,9 @@ from collector.cuda_fence import FenceError, StreamFence
 #: matmuls; with the 16-77 ms a detach + attach takes, a cycle at the longest wait costs 116-177 ms,
 #: about the 150 ms the controller already assumes per cycle (collector.control.CYCLE_FLOOR_S).
 DEFAULT_MAX_S = 0.1
+#: Bound of the program's last detach (its fence only; ``max_s`` = 0 turns it off too): long enough for a
+#: launch queue of ~1,000 1-ms kernels; at most this much longer a stop, once, at the program's end.
+FINAL_MAX_S = 2.0
 #: Largest accepted ``CUDAWATCH_DETACH_DRAIN_MS``: the wait runs on the collector's thread, which
 #: ``stop()`` joins for at most 10 s.
 LIMIT_MS = 1000.0
@@ -108,7 +116,7 @@ class DetachDrain:
         self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
         self._timeouts_in_row = 0  # fences in a row that ran to the bound
         self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
-        self.unfenced_final = 0  # last detaches that did not fence although a fence was there
+        self.final = 0  # fences (waits, skips, failures) of the program's last detach, bound FINAL_MAX_S
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
         self.unwaited = 0  # detaches without a completed wait: a failure before it, an interrupted fence
         self.failed = 0  # detaches that did not complete (disable to finalize): counted, never fed to the rules
@@ -120,38 +128,38 @@ class DetachDrain:
         lengthens the cycle and so the control period). Every detach lands in one count: ``unwaited``
         (it failed before its wait) or, with a fence, ``fence``'s ``waits`` (of which the bound ended
         ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
-        longer initialized, no active context), ``final`` (the program's last detach) or ``unfenced``
-        (the fence failed, then or before; also a last detach after that); an interrupted fence wait
-        counts as ``unwaited``. ``set_wait`` counts the fence's waits that outlasted the adaptive floor;
-        ``failed``, the detaches that did not complete through their forced flush and finalize (also
-        counted above)."""
+        longer initialized, no active context) or ``unfenced`` (the fence failed, then or before); an
+        interrupted fence wait counts as ``unwaited``. ``final`` says how many fences (waits, skips or
+        failures) were the program's last detach's (bound ``FINAL_MAX_S``); ``set_wait`` counts the fence's waits that
+        outlasted the adaptive floor; ``failed``, the detaches that did not complete through their
+        forced flush and finalize (also counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     **{k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped", "idle")},
-                    "final": self.unfenced_final, "unfenced": self.unfenced, "set_wait": self.fence_set},
+                    "final": self.final, "unfenced": self.unfenced, "set_wait": self.fence_set},
                 "unwaited": self.unwaited, "failed": self.failed,
                 "fence_error": self.fence_error}
 
     def wait(self, *, final: bool = False) -> float:
-        """Wait before a detach's forced flush; the seconds waited: on the fence (up to ``max_s``) when
-        there is one, then the rest of the adaptive wait if the fence returned sooner. No fence for the
-        program's last detach (its context may be going away under the poll) or while a graph capture
-        makes the legacy stream unusable (skipped). A failed fence is dropped for good, counted once in
-        health; the time it took still counts as waited."""
+        """Wait before a detach's forced flush; the seconds waited: on the fence (up to ``max_s``, or
+        ``FINAL_MAX_S`` for the program's last detach) when there is one, then the rest of the adaptive
+        wait if the fence returned sooner. No fence while a graph capture makes the legacy stream
+        unusable (skipped). A failed fence is dropped for good, counted once in health; the time it
+        took still counts as waited."""
         self._entered = True
         if self.max_s <= 0:
             return 0.0
         fenced = 0.0
         if self.fence is None:
             self.unfenced += self._fence_seen is not None
-        elif final:
-            self.unfenced_final += 1
         else:
+            bound = max(self.max_s, FINAL_MAX_S) if final else self.max_s
+            self.final += final
             t0 = time.perf_counter()
             try:
-                got = self.fence.wait(self.max_s)  # None: skipped for a graph capture
+                got = self.fence.wait(bound)  # None: skipped for a graph capture
                 timed_out = got is not None and self.fence.timed_out
             except Exception as exc:  # FenceError, or anything else: never fail a detach over the fence
                 fenced = time.perf_counter() - t0
@@ -166,7 +174,7 @@ class DetachDrain:
                 if got is not None:  # a skip says nothing about whether the queue ends: the streak stays
                     self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
                 if self._timeouts_in_row >= FENCE_TIMEOUTS_TO_DROP:
-                    self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
+                    self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {bound * 1e3:g}-ms bound "
                                      "(a kernel that never ends?)")
         self._fence_set_wait = fenced > self.current_s  # the wait was the fence's (or a failing one's), not the rules'
         rest = self.current_s - fenced

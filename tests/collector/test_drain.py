@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from collector.drain import DEFAULT_MAX_S, DEFAULT_START_S, SHRINK, DetachDrain
+from collector.drain import DEFAULT_MAX_S, DEFAULT_START_S, FINAL_MAX_S, SHRINK, DetachDrain
 
 from .conftest import REPO
 
@@ -373,14 +373,18 @@ def test_a_fence_skipped_for_a_graph_capture_sleeps_the_adaptive_wait_and_stays(
     assert d.wait() == 0.05 and len(fence.bounds) == 2
 
 
-def test_the_programs_last_detach_never_fences():
-    fence = Fence()
+def test_the_programs_last_detach_fences_with_the_longer_bound():
+    fence = Fence(takes_s=0.05)
     d = DetachDrain(0.1, fence=fence)
-    assert d.wait(final=True) == 0.01 and fence.bounds == []  # its context may be going away under the poll
+    assert d.wait(final=True) == 0.05 and fence.bounds == [FINAL_MAX_S]  # the records of its queue are lost for good
     assert d.summary()["fence"]["final"] == 1
-    assert d.wait() == 0.05 and fence.bounds == [0.1]
+    assert d.wait() == 0.05 and fence.bounds == [FINAL_MAX_S, 0.1]
     d.note(0, 0.05)
     assert d.summary()["next_wait_s"] == pytest.approx(0.0095) and d.summary()["last_waited_s"] == 0.05
+    assert DetachDrain(0.0, fence=fence).wait(final=True) == 0.0 and len(fence.bounds) == 2  # drain off: no final fence either
+    big = DetachDrain(1.0, fence=fence)
+    big.wait(final=True)
+    assert fence.bounds[-1] == FINAL_MAX_S > 1.0  # never shorter than the detach's own bound
 
 
 def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wait_runs(tmp_path):
@@ -408,15 +412,15 @@ def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wa
     assert fence_error == "cuEventRecord returned CUDA error 700"
 
 
-def test_the_tracers_last_detach_sleeps_the_adaptive_wait_and_never_calls_the_fence(tmp_path):
+def test_the_tracers_last_detach_fences_with_the_longer_bound(tmp_path):
     """``detach(final=True)`` (the session's stop, at the program's exit) passes ``final`` to the drain:
-    no fence while the program's contexts may be going away, the adaptive wait alone."""
+    the fence with ``FINAL_MAX_S`` as its bound, then the rest of the adaptive floor, as any detach."""
     calls = _run_stand_in(tmp_path, """
         class Counting:
             timed_out = False
 
             def wait(self, bound_s):
-                cupti.calls.append("fence")
+                cupti.calls.append(f"fence {bound_s}")
                 return 0.001
         collector.drain.StreamFence = Counting
         agg = Aggregator(window_s=60)
@@ -427,9 +431,9 @@ def test_the_tracers_last_detach_sleeps_the_adaptive_wait_and_never_calls_the_fe
         t.detach(final=True)
         print(json.dumps(cupti.calls))
     """, CUDAWATCH_DETACH_DRAIN="fence")
-    waits = [c for c in calls if c == "fence" or c.startswith("wait")]
-    # 1 ms on the fence and the other 9 ms of the adaptive floor; at the end only the floor (shrunk 5 %)
-    assert waits == ["fence", "wait 0.009", "wait 0.0095"]
+    waits = [c for c in calls if c.startswith("fence") or c.startswith("wait")]
+    # 1 ms on the fence and the other 9 ms of the adaptive floor; at the end the same with the floor shrunk 5 %
+    assert waits == [f"fence {DEFAULT_MAX_S}", "wait 0.009", f"fence {FINAL_MAX_S}", "wait 0.0085"]
 
 
 def test_the_fences_own_time_never_decides_whether_waiting_longer_helped():
@@ -507,8 +511,9 @@ def test_the_summary_accounts_for_every_detach():
     except KeyboardInterrupt:
         d.note(0, 0.0)
     f, summary = d.summary()["fence"], d.summary()
-    assert (f["idle"], f["waits"], f["skipped"], f["final"], f["unfenced"], summary["unwaited"]) == (1, 1, 1, 1, 2, 1)
-    assert summary["detaches"] == sum(f[k] for k in ("idle", "waits", "skipped", "final", "unfenced")) + summary["unwaited"] == 7
+    assert (f["idle"], f["waits"], f["skipped"], f["unfenced"], summary["unwaited"]) == (1, 2, 1, 2, 1)
+    assert summary["detaches"] == sum(f[k] for k in ("idle", "waits", "skipped", "unfenced")) + summary["unwaited"] == 7
+    assert f["final"] == 1  # the last detach after the fence was dropped had none
 
 
 class Interrupting:
