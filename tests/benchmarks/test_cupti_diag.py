@@ -1,5 +1,8 @@
 """benchmarks/cupti_diag.py's CPU side: the --attr settings and the GPU memory a run of cycles kept."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from benchmarks import cupti_diag
@@ -26,3 +29,17 @@ def test_flag_attributes_are_set_and_read_as_one_byte_the_others_as_size_t():
 
     assert cupti_diag._attr_ctype(SimpleNamespace(name="ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED")) is ctypes.c_uint8
     assert cupti_diag._attr_ctype(SimpleNamespace(name="ATTR_DEVICE_BUFFER_SIZE")) is ctypes.c_size_t
+
+
+# §21 (docs/benchmarks.md): 60 cycles per variant on an H100, each process alone on the GPU.
+S21 = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "session_20261207f_h100"
+
+
+def test_the_h100_cycles_keep_the_same_gpu_memory_whatever_the_buffer_attributes_and_none_without_finalize():
+    runs = [json.loads((S21 / f"cycles_{k}.json").read_text()) for k in range(1, 6)]
+    finalize, no_finalize = runs[:4], runs[4]
+    for r in finalize:  # our device buffers, CUPTI's defaults, pinned host memory, no pre-allocation
+        assert r["attrs"] == r["attrs_read_back"]  # each attribute was in force
+        assert cupti_diag.gpu_growth(r["rows"]) == {"gpu_growth_after_first_cycles_mib": 34.0, "cycles_with_gpu_growth": 16,
+                                                    "gpu_mib_per_cycle": 0.586}
+    assert [r["gpu_delta_mib"] for r in no_finalize["rows"]] == [12.0] + [0.0] * 59  # once, at the first attach

@@ -1,5 +1,8 @@
 """benchmarks/final_detach.py: the marker kernel's launches are counted out of real kernel shards."""
 
+import json
+from pathlib import Path
+
 import pyarrow as pa
 
 from benchmarks import final_detach
@@ -35,3 +38,16 @@ def test_a_run_that_did_not_stop_what_it_meant_to_is_not_valid():
     for over in ({"marker_kernels": {}}, {"attached_at_stop": False}, {"spin_running_at_stop": False},
                  {"detaches_after_stop": 3}):  # a cycle detached between the burst and the stop
         assert final_detach.summarize(_obs(**over))["valid_run"] is False, over
+
+
+# §21 (docs/benchmarks.md): the first run on a GPU (H100), with the last detach not yet fenced.
+S21 = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "session_20261207f_h100"
+
+
+def test_the_h100_run_without_a_final_fence_lost_every_queued_record_and_counted_them():
+    obs = json.loads((S21 / "final_detach.json").read_text())
+    res = final_detach.summarize({k: v for k, v in obs.items() if k not in ("marker_traced", "marker_expected", "marker_missing", "valid_run")})
+    assert res["valid_run"] is True and res["burst_launch_s"] < 0.1 * res["queue_s"]  # no launch blocked
+    assert (res["marker_traced"], res["marker_missing"]) == (1000, 500)  # the pre launches only
+    assert res["invalid_zero_timestamp"] == res["drain"]["lost"] == res["burst"] + 1  # the burst and the spin kernel
+    assert res["stop_s"] > res["queue_s"]  # the stop waited for the queue anyway (CUPTI's flush or finalize)

@@ -84,3 +84,17 @@ def test_gpumem_reports_every_file_and_fails_for_one_without_a_pid(tmp_path):
     assert p.returncode == 1, p.stderr
     lines = p.stdout.splitlines()
     assert "error: no pid recorded" in lines[0] and json.loads(lines[1].split(" ", 1)[1])["growth_mib"] == 16
+
+
+# §21: six LM processes at once for 600 s on an H100, each a different way to pause (docs/benchmarks.md).
+S21 = S20.parent / "session_20261207f_h100" / "tail"
+
+
+def test_gpu_memory_grows_per_finalize_cycle_and_not_with_one_attach():
+    csv = str(S21 / "gpumem.csv")
+    pid = {n: json.loads((S21 / f"lm_{n}.json").read_text())["pid"]
+           for n in ("none", "default", "off-mode-disable", "period-s-120", "arena-2", "mmap-1m")}
+    growth = {n: soak.gpu_memory(csv, p)["growth_mib"] for n, p in pid.items()}
+    assert growth["none"] == growth["off-mode-disable"] == 0  # no cuptiFinalize cycles: flat
+    assert growth["default"] == growth["arena-2"] == growth["mmap-1m"] == 12  # 20 cycles; malloc settings change nothing
+    assert 0 < growth["period-s-120"] < growth["default"]  # 5 cycles
