@@ -34,9 +34,9 @@ that fails (no ``libcuda``, a driver error, a call that hit a graph capture) is 
 of the process, with the reason counted in ``health``, and the adaptive wait goes on alone; a
 blocking stream capturing a graph skips the fence for that detach only. The program's last detach
 (``collector.stop()``: at exit, on SIGTERM, or when the program stops the collector) fences too, with
-the longer bound ``FINAL_MAX_S``: its records would otherwise be lost for good, and the stop waits for
-that queue anyway (on an H100, a stop with a 1-s kernel and 500 launches queued took 1.34 s without a
-fence and lost all 501 records, docs/benchmarks.md §21). At that point the context is still alive:
+the longer bound ``FINAL_MAX_S``: its records would otherwise be lost for good (on an H100, a stop with
+a 1-s kernel and 500 launches queued lost all 501 records without a fence, and took 1.34 s all the
+same; docs/benchmarks.md §21). At that point the context is still alive:
 Python runs ``atexit`` handlers before the CUDA runtime's own teardown (``collector.cuda_fence`` has
 the hazards that stay). A kernel that never ends on the legacy
 stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
