@@ -43,3 +43,15 @@ def test_the_h100_cycles_keep_the_same_gpu_memory_whatever_the_buffer_attributes
         assert cupti_diag.gpu_growth(r["rows"]) == {"gpu_growth_after_first_cycles_mib": 34.0, "cycles_with_gpu_growth": 16,
                                                     "gpu_mib_per_cycle": 0.586}
     assert [r["gpu_delta_mib"] for r in no_finalize["rows"]] == [12.0] + [0.0] * 59  # once, at the first attach
+
+
+def test_the_h100_cycles_keep_gpu_memory_without_records_and_do_not_level_off_in_400_cycles():
+    idle = json.loads((S21 / "cycles_idle.json").read_text())
+    assert idle["rows"][-1]["records"] == 0 and idle["rows"][-1]["requested"] == 0  # nothing traced, no buffer
+    ours = json.loads((S21 / "cycles_1.json").read_text())
+    assert [r["gpu_delta_mib"] for r in idle["rows"]] == [r["gpu_delta_mib"] for r in ours["rows"]]
+    long = json.loads((S21 / "cycles_400.json").read_text())
+    g = cupti_diag.gpu_growth(long["rows"])
+    assert g["gpu_growth_after_first_cycles_mib"] == 230.0 and g["gpu_mib_per_cycle"] == pytest.approx(0.578, abs=1e-3)
+    per_50 = [sum(r["gpu_delta_mib"] for r in long["rows"][i:i + 50]) for i in range(0, 400, 50)]
+    assert min(per_50[4:]) >= min(per_50[:4]) > 20  # the last 200 cycles kept as much as the first 200
