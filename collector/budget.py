@@ -43,7 +43,7 @@ class BufferBudget:
         self.device_pool_limit = 4
 
     def bound(self) -> int:
-        """Upper bound of activity-buffer memory under this budget (equals ``total``)."""
+        """Upper bound of activity-buffer memory under this budget (``total``, less with smaller host buffers)."""
         return self.host_buffer * self.host_buffers_max + self.device_buffer * self.device_pool_limit
 
 

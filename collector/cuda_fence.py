@@ -34,8 +34,10 @@ legacy stream is a barrier across the context's blocking streams, so a kernel th
 blocking stream until work queued later on another blocking stream has run would wait behind the
 barrier for ever (a program hang, not only a bounded wait); and a program that destroys its context
 (``cudaDeviceReset``) while a fence polls makes the poll use a freed event. The last detach, at the
-program's end, fences too (with a longer bound, ``collector.drain.FINAL_MAX_S``): ``atexit`` handlers
-run before the CUDA runtime tears its contexts down, and a context already gone reads as ``idle``.
+program's end, fences too (with a longer bound, ``collector.drain.FINAL_MAX_S``): Python's ``atexit``
+handlers run before the CUDA runtime tears its contexts down, and a context already reset reads as
+``idle``; an ``atexit`` handler that resets the device while the fence polls is the hazard above.
+A last detach during interpreter teardown does not fence (``collector.drain``).
 
 Driver API through ctypes (``libcuda.so.1``), like the rest of the collector's GPU code only in
 ``collector/``; ``lib`` takes a stand-in for CPU tests. The fence is armed after the traced kinds

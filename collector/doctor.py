@@ -120,6 +120,13 @@ def check_config() -> list[Check]:
         out.append(Check("overhead budget", "ok", f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"))
     except ConfigError as exc:
         out.append(Check("overhead budget", "fail", str(exc)))
+    from collector.budget import BufferBudget
+
+    try:
+        host = BufferBudget().host_buffer
+        out.append(Check("CUPTI host buffers", "ok", f"{host >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"))
+    except ValueError as exc:
+        out.append(Check("CUPTI host buffers", "fail", str(exc)))
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")
     writable = os.access(probe if probe.exists() else ".", os.W_OK)

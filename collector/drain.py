@@ -17,7 +17,7 @@ or records that lost their timestamps to an exhausted device-buffer pool): the w
 to ``min_s`` instead of sitting at the maximum on every detach. The wait runs on the collector's
 thread; the program keeps running meanwhile, attached with every kind disabled (no records, a
 fraction of the traced launch cost), and the session counts the wait in the detach/attach cycle's
-time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off.
+time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off. (The program's last detach runs on the thread that calls ``stop()``.)
 
 The guess alone keeps missing under GPU sharing (four collectors on one GPU lost 3-23 % of their
 records, docs/benchmarks.md §15, §16), so by default (``CUDAWATCH_DETACH_DRAIN=fence``) a detach
@@ -36,9 +36,12 @@ blocking stream capturing a graph skips the fence for that detach only. The prog
 (``collector.stop()``: at exit, on SIGTERM, or when the program stops the collector) fences too, with
 the longer bound ``FINAL_MAX_S``: its records would otherwise be lost for good (on an H100, a stop with
 a 1-s kernel and 500 launches queued lost all 501 records without a fence, and took 1.34 s all the
-same; docs/benchmarks.md §21). At that point the context is still alive:
-Python runs ``atexit`` handlers before the CUDA runtime's own teardown (``collector.cuda_fence`` has
-the hazards that stay). A kernel that never ends on the legacy
+same; docs/benchmarks.md §21). From ``atexit`` the context is normally still there: Python runs its
+``atexit`` handlers before the CUDA runtime's own teardown; a handler registered after the collector's
+runs before it, and one that resets the device (``cudaDeviceReset``) leaves no active context (``idle``)
+unless it runs while the fence polls (``collector.cuda_fence`` has that hazard). A last detach while
+the interpreter is already finalizing (the collector's thread, after ``stop()`` gave up waiting for
+it) does not fence. A kernel that never ends on the legacy
 stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
 fences in a row ran to the bound (the fence's ``timed_out``: events still pending; a skip neither
 counts nor breaks the row) the fence is dropped like a failed one (a long queue under sharing
@@ -50,6 +53,7 @@ Pure arithmetic here, no CUPTI: tested on CPU.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from collector.cuda_fence import FenceError, StreamFence
@@ -116,7 +120,7 @@ class DetachDrain:
         self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
         self._timeouts_in_row = 0  # fences in a row that ran to the bound
         self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
-        self.final = 0  # fences (waits, skips, failures) of the program's last detach, bound FINAL_MAX_S
+        self.final = 0  # fence attempts of the program's last detach (bound FINAL_MAX_S), whatever their outcome
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
         self.unwaited = 0  # detaches without a completed wait: a failure before it, an interrupted fence
         self.failed = 0  # detaches that did not complete (disable to finalize): counted, never fed to the rules
@@ -129,8 +133,10 @@ class DetachDrain:
         (it failed before its wait) or, with a fence, ``fence``'s ``waits`` (of which the bound ended
         ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
         longer initialized, no active context) or ``unfenced`` (the fence failed, then or before); an
-        interrupted fence wait counts as ``unwaited``. ``final`` says how many fences (waits, skips or
-        failures) were the program's last detach's (bound ``FINAL_MAX_S``); ``set_wait`` counts the fence's waits that
+        interrupted fence wait counts as ``unwaited``; a last detach while the interpreter is already
+        tearing down (the collector's thread, after ``stop()`` gave up on it) does not fence and counts as
+        ``unfenced``. ``final`` counts the last detach's fence attempts (bound ``FINAL_MAX_S``), whatever
+        their outcome (before 2026-12-07 it counted last detaches that did not fence); ``set_wait`` counts the fence's waits that
         outlasted the adaptive floor; ``failed``, the detaches that did not complete through their
         forced flush and finalize (also counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
@@ -152,10 +158,10 @@ class DetachDrain:
         if self.max_s <= 0:
             return 0.0
         fenced = 0.0
-        if self.fence is None:
+        if self.fence is None or (final and sys.is_finalizing()):  # the interpreter tearing down: no driver calls
             self.unfenced += self._fence_seen is not None
         else:
-            bound = max(self.max_s, FINAL_MAX_S) if final else self.max_s
+            bound = FINAL_MAX_S if final else self.max_s
             self.final += final
             t0 = time.perf_counter()
             try:
@@ -171,10 +177,11 @@ class DetachDrain:
             else:
                 fenced = got or 0.0
                 self.fence_set += fenced > self.current_s
-                if got is not None:  # a skip says nothing about whether the queue ends: the streak stays
+                if got is not None and not final:  # a skip says nothing about whether the queue ends: the streak
+                    # stays; nor does the last fence (its longer bound, and no detach after it to protect)
                     self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
                 if self._timeouts_in_row >= FENCE_TIMEOUTS_TO_DROP:
-                    self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {bound * 1e3:g}-ms bound "
+                    self._drop_fence(f"{self._timeouts_in_row} fences in a row ran to the {self.max_s * 1e3:g}-ms bound "
                                      "(a kernel that never ends?)")
         self._fence_set_wait = fenced > self.current_s  # the wait was the fence's (or a failing one's), not the rules'
         rest = self.current_s - fenced

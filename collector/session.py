@@ -142,6 +142,7 @@ class Session:
             self._thread.join(timeout=STOP_JOIN_S)
         self._detach_left = True  # whoever holds the tracer last detaches it: this call, or the thread at its end
         free = self.tracer.op_lock.acquire(blocking=False)  # not free: the thread is blocked in a CUPTI or driver call
+        interrupted = None
         try:
             on_since = self._on_since
             was_on, off_at = self.tracer.enabled, time.time()  # traced until here: the detach's drain traces nothing
@@ -151,8 +152,9 @@ class Session:
             else:
                 try:
                     self.tracer.detach(final=True)  # disable, unforced flush, drain, forced flush, cuptiFinalize
-                except Exception as exc:
+                except BaseException as exc:  # an interrupt too (a second Ctrl-C in the fence): windows first, then it
                     self._error(time.time(), "final flush/detach", exc)
+                    interrupted = None if isinstance(exc, Exception) else exc
             now = time.time()
             if was_on and on_since is not None:
                 self.agg.add_traced_time(on_since, off_at)
@@ -168,6 +170,8 @@ class Session:
         self.spool.close()
         write_status(self, now)
         self.active = False
+        if interrupted is not None:
+            raise interrupted
 
     def _write_duty_log(self, now: float) -> None:
         try:

@@ -58,6 +58,16 @@ def test_doctor_flags_a_bad_budget():
     assert p.returncode == 1 and "[fail] overhead budget" in p.stdout
 
 
+def test_doctor_reports_the_host_buffer_size_and_fails_a_bad_one(monkeypatch):
+    from collector.doctor import check_config
+
+    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "1024")
+    assert ("CUPTI host buffers", "ok") in [(c.name, c.status) for c in check_config()]
+    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "16")
+    bad = [c for c in check_config() if c.name == "CUPTI host buffers"]
+    assert bad[0].status == "fail" and "64 KiB" in bad[0].detail
+
+
 def test_doctor_reports_the_detach_drain_and_whether_the_fence_can_run(monkeypatch):
     from collector.cuda_fence import SYMBOLS
     from collector.doctor import check_detach_drain

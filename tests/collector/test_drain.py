@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from collector.drain import DEFAULT_MAX_S, DEFAULT_START_S, FINAL_MAX_S, SHRINK, DetachDrain
+from collector.drain import DEFAULT_MAX_S, DEFAULT_START_S, FENCE_TIMEOUTS_TO_DROP, FINAL_MAX_S, LIMIT_MS, SHRINK, DetachDrain
 
 from .conftest import REPO
 
@@ -382,9 +382,29 @@ def test_the_programs_last_detach_fences_with_the_longer_bound():
     d.note(0, 0.05)
     assert d.summary()["next_wait_s"] == pytest.approx(0.0095) and d.summary()["last_waited_s"] == 0.05
     assert DetachDrain(0.0, fence=fence).wait(final=True) == 0.0 and len(fence.bounds) == 2  # drain off: no final fence either
-    big = DetachDrain(1.0, fence=fence)
-    big.wait(final=True)
-    assert fence.bounds[-1] == FINAL_MAX_S > 1.0  # never shorter than the detach's own bound
+    assert FINAL_MAX_S > LIMIT_MS / 1e3  # never shorter than any detach's own bound
+
+
+def test_the_last_fence_running_to_its_bound_neither_drops_the_fence_nor_joins_the_streak():
+    """Four fences in a row at the 100-ms bound, then the last detach's at 2 s: no "5 in a row" error
+    (with the wrong bound in it) in the last window; the streak is the normal detaches' alone."""
+    fence = Fence(takes_s=5.0)  # every fence runs to its bound
+    d = DetachDrain(0.1, fence=fence)
+    for _ in range(FENCE_TIMEOUTS_TO_DROP - 1):
+        d.note(0, d.wait())
+    d.note(0, d.wait(final=True))
+    assert d.fence is fence and d.take_errors() == [] and fence.bounds[-1] == FINAL_MAX_S
+    d.wait()  # the fifth normal one drops it, naming the normal bound
+    assert d.fence is None and d.take_errors() == ["detach fence: 5 fences in a row ran to the 100-ms bound (a kernel that never ends?)"]
+
+
+def test_a_last_detach_during_interpreter_teardown_does_not_fence(monkeypatch):
+    fence = Fence(takes_s=0.001)
+    d = DetachDrain(0.1, fence=fence)
+    monkeypatch.setattr("collector.drain.sys.is_finalizing", lambda: True)
+    assert d.wait(final=True) == 0.01 and fence.bounds == []  # the adaptive floor only
+    assert d.wait() == pytest.approx(0.01) and fence.bounds == [0.1]  # 1 ms fenced, 9 ms slept
+    assert d.summary()["fence"]["unfenced"] == 1 and d.summary()["fence"]["final"] == 0
 
 
 def test_a_fence_that_fails_in_a_detach_is_counted_in_health_and_the_adaptive_wait_runs(tmp_path):
@@ -489,7 +509,8 @@ def test_five_fences_in_a_row_at_the_bound_drop_the_fence_once():
 
 def test_the_summary_accounts_for_every_detach():
     """With the real fence on a stand-in driver: a detach before CUDA is initialized (idle), a wait, a
-    skip for a graph capture and the last detach each land in their own count, so none is unexplained."""
+    skip for a graph capture, the last detach (a wait) and those after the fence failed each land in
+    one count, so none is unexplained."""
     from collector.cuda_fence import StreamFence
     from tests.collector.test_cuda_fence import StandInDriver
 

@@ -377,3 +377,29 @@ def test_the_status_file_for_the_node_agent_and_a_failure_to_write_it(tmp_path, 
             assert status["records_delivered_total"] >= status["records_valid_total"] > 0 and not failed
         else:
             assert failed and s.errors >= 2  # one while running, one at the stop (after the last shards)
+
+
+def test_an_interrupt_in_the_last_detach_still_writes_the_windows_then_propagates(tmp_path, monkeypatch):
+    """A second Ctrl-C while the last detach fences (up to collector.drain.FINAL_MAX_S): stop() writes
+    the windows it holds and counts the failed detach, then the interrupt goes on to the program."""
+    from collector.session import Session
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    monkeypatch.setenv("CUDAWATCH_REPLAY_SPEED", "8")
+    s = Session(job="interrupted", out=tmp_path, window_s=1).start()
+    assert s.active, s.reason
+    time.sleep(1.5)  # some windows open
+    real_detach = s.tracer.detach
+
+    def interrupted(*, final=False):
+        if final:
+            raise KeyboardInterrupt
+        real_detach(final=final)
+
+    s.tracer.detach = interrupted
+    errors0 = s.errors
+    with pytest.raises(KeyboardInterrupt):
+        s.stop()
+    assert not s.active and s.errors == errors0 + 1
+    health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
+    assert health and any("final flush/detach: KeyboardInterrupt" in (r.get("last_error") or "") for r in health)
