@@ -17,7 +17,8 @@ or records that lost their timestamps to an exhausted device-buffer pool): the w
 to ``min_s`` instead of sitting at the maximum on every detach. The wait runs on the collector's
 thread; the program keeps running meanwhile, attached with every kind disabled (no records, a
 fraction of the traced launch cost), and the session counts the wait in the detach/attach cycle's
-time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off. (The program's last detach runs on the thread that calls ``stop()``.)
+time, i.e. it is charged to the overhead budget in full. ``max_s`` = 0 turns the wait off. (The
+program's last detach runs on the thread that calls ``stop()``.)
 
 The guess alone keeps missing under GPU sharing (four collectors on one GPU lost 3-23 % of their
 records, docs/benchmarks.md §15, §16), so by default (``CUDAWATCH_DETACH_DRAIN=fence``) a detach
@@ -136,9 +137,9 @@ class DetachDrain:
         interrupted fence wait counts as ``unwaited``; a last detach while the interpreter is already
         tearing down (the collector's thread, after ``stop()`` gave up on it) does not fence and counts as
         ``unfenced``. ``final`` counts the last detach's fence attempts (bound ``FINAL_MAX_S``), whatever
-        their outcome (before 2026-12-07 it counted last detaches that did not fence); ``set_wait`` counts the fence's waits that
-        outlasted the adaptive floor; ``failed``, the detaches that did not complete through their
-        forced flush and finalize (also counted above)."""
+        their outcome (before 2026-12-07 it counted last detaches that did not fence); ``set_wait``
+        counts the fence's waits that outlasted the adaptive floor; ``failed``, the detaches that did
+        not complete through their forced flush and finalize (also counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
