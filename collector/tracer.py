@@ -3,8 +3,8 @@
 Kinds: CONCURRENT_KERNEL (never KERNEL, which serializes kernels), MEMCPY, MEMSET and OVERHEAD;
 RUNTIME/DRIVER API records stay off (they cost about 4x on launch-bound work, see
 docs/benchmarks.md). The buffer-completed callback reads each record's fields with one ``attrgetter`` call
-(a flat tuple) and hands the batch to ``collector.aggregate.Aggregator``, which counts records
-without timestamps by reason. Memory is bounded by the host buffer size we hand CUPTI plus CUPTI's
+(a flat tuple) and hands the rows, ``CHUNK`` at a time, to ``collector.aggregate.Aggregator``, which
+counts records without timestamps by reason. Memory is bounded by the host buffer size we hand CUPTI plus CUPTI's
 device buffer size x pool limit (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_POOL_LIMIT``);
 records that do not fit are dropped by CUPTI and counted with ``cuptiActivityGetNumDroppedRecords``.
 
@@ -47,6 +47,10 @@ TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
 _OV = cupti.ActivityOverheadKind
 _IN_PATH_OVERHEAD = frozenset(int(k) for k in (_OV.CUPTI_INSTRUMENTATION, _OV.CUPTI_RESOURCE, _OV.COMMAND_BUFFER_FULL))
 #: One C call reads every field a kernel row needs (11 separate attribute reads cost ~0.5 us more).
+#: Records turned into rows and handed to the aggregator at a time. Reading a record's fields makes
+#: Python objects (its name string, its timestamps): ~470 B a kernel record, so a whole 8-MiB buffer
+#: (~37 k records) held 17 MiB at once, 4,096 hold 2 MiB (``benchmarks/callback_peak.py``, CPU).
+CHUNK = 4096
 _KERNEL_FIELDS = attrgetter("start", "end", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                             "registers_per_thread", "static_shared_memory", "dynamic_shared_memory", "device_id")
 
@@ -120,34 +124,37 @@ class CuptiTracer:
         # for the GIL, and wall time then read 6-10 us per record instead of 1.4 us (H200 runs)
         t0 = time.thread_time()
         ck, mc, ms, oh = AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD
-        ks, cs = [], []
-        ck_append, cs_append, kf = ks.append, cs.append, _KERNEL_FIELDS
-        agg = self.agg
-        for a in activities:
-            k = a.kind
-            if k == ck:
-                f = kf(a)
-                ck_append((*f[:10], f[10] + f[11], f[12]))
-            elif k == mc:
-                cs_append((a.start, a.end, COPY_KINDS.get(a.copy_kind, str(a.copy_kind)), MEMORY_KINDS.get(a.src_kind, "unknown"),
-                           MEMORY_KINDS.get(a.dst_kind, "unknown"), a.bytes, a.device_id))
-            elif k == ms:
-                cs_append((a.start, a.end, "memset", None, MEMORY_KINDS.get(a.memory_kind, "unknown"), a.bytes, a.device_id))
-            elif k == oh:
-                agg.add_overhead(a.start, a.end)
-                self.overheads += 1
-                if a.overhead_kind in _IN_PATH_OVERHEAD:
-                    self.overhead_ns += max(a.end - a.start, 0)
-        now = time.time()
-        if ks:
-            agg.add_kernel_rows(ks, now)
-        if cs:
-            agg.add_copies(cs, now)
-        self.kernels += len(ks)
-        self.copies += len(cs)
+        kf, agg = _KERNEL_FIELDS, self.agg
+        if not isinstance(activities, list):
+            activities = list(activities)
+        for i in range(0, len(activities), CHUNK):  # the rows of one chunk at a time (CHUNK's comment)
+            ks, cs = [], []
+            ck_append, cs_append = ks.append, cs.append
+            for a in activities[i:i + CHUNK]:
+                k = a.kind
+                if k == ck:
+                    f = kf(a)
+                    ck_append((*f[:10], f[10] + f[11], f[12]))
+                elif k == mc:
+                    cs_append((a.start, a.end, COPY_KINDS.get(a.copy_kind, str(a.copy_kind)), MEMORY_KINDS.get(a.src_kind, "unknown"),
+                               MEMORY_KINDS.get(a.dst_kind, "unknown"), a.bytes, a.device_id))
+                elif k == ms:
+                    cs_append((a.start, a.end, "memset", None, MEMORY_KINDS.get(a.memory_kind, "unknown"), a.bytes, a.device_id))
+                elif k == oh:
+                    agg.add_overhead(a.start, a.end)
+                    self.overheads += 1
+                    if a.overhead_kind in _IN_PATH_OVERHEAD:
+                        self.overhead_ns += max(a.end - a.start, 0)
+            now = time.time()
+            if ks:
+                agg.add_kernel_rows(ks, now)
+            if cs:
+                agg.add_copies(cs, now)
+            self.kernels += len(ks)
+            self.copies += len(cs)
+            if self._dump is not None and self._dump_left > 0:
+                self._write_dump(ks, cs)
         self.buffers_completed += 1
-        if self._dump is not None and self._dump_left > 0:
-            self._write_dump(ks, cs)
         self.callback_s += time.thread_time() - t0
 
     def _write_dump(self, ks, cs) -> None:
