@@ -10,8 +10,9 @@ host buffer held ~35 k records on the H100 (docs/benchmarks.md §19: 666,384 rec
 Since 2026-12-07 it hands them over ``collector.tracer.CHUNK`` records at a time. This script runs
 the callback both ways (``CHUNK`` set to the buffer's size, then the shipped value) on the same
 records and reports, per buffer size: the peak of Python allocations during the callback
-(``tracemalloc``), the CPU time per record (best of ``--reps``, without ``tracemalloc``), and whether
-the aggregator ended with the same windows.
+(``tracemalloc``, after one warm-up call), the CPU time per record (best of ``--reps``, without
+``tracemalloc``), and whether the aggregator ended with the same windows (the tracer's wall clock is
+pinned, so both ways file their delivery counts alike).
 
 CPU only, no GPU: cupti-python is replaced by a stand-in module (only what ``collector.tracer``
 reads at import), and its record objects by objects that make each field on access, as the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import platform
 import sys
 import time
@@ -91,14 +93,16 @@ def buffer_of(n: int, t0_ns: int) -> list:
     return [cls(t0_ns + i * 1_000, *rows[i % len(rows)]) for i in range(n)]
 
 
-def one_callback(records: list, chunk: int, *, trace: bool) -> dict:
-    """Run the tracer's buffer callback once on ``records`` with ``CHUNK`` = ``chunk``."""
+def one_callback(records: list, chunk: int, *, trace: bool, delivered_at_s: float) -> dict:
+    """Run the tracer's buffer callback once on ``records`` with ``CHUNK`` = ``chunk``; its wall clock
+    reads ``delivered_at_s`` (so both ways file the delivery counts in the same window)."""
     import collector.tracer as tracer_mod
     from collector.aggregate import Aggregator
 
     agg = Aggregator(60)
     tracer = tracer_mod.CuptiTracer(agg)
     old, tracer_mod.CHUNK = tracer_mod.CHUNK, chunk
+    clock, tracer_mod.time = tracer_mod.time, types.SimpleNamespace(time=lambda: delivered_at_s, thread_time=time.thread_time)
     try:
         if trace:
             tracemalloc.start()
@@ -110,7 +114,7 @@ def one_callback(records: list, chunk: int, *, trace: bool) -> dict:
     finally:
         if trace:
             tracemalloc.stop()
-        tracer_mod.CHUNK = old
+        tracer_mod.CHUNK, tracer_mod.time = old, clock
     windows = [(w.start_s, w.kernels, w.delivered, w.valid) for w in agg.take_all()]
     return {"peak_mib": None if peak is None else peak / 2**20, "cpu_s": cpu, "kernels": tracer.kernels,
             "windows": windows}
@@ -119,12 +123,15 @@ def one_callback(records: list, chunk: int, *, trace: bool) -> dict:
 def measure(n: int, reps: int) -> dict:
     import collector.tracer as tracer_mod
 
-    records = buffer_of(n, time.time_ns())
+    t0_ns = time.time_ns()
+    records = buffer_of(n, t0_ns)
+    at = t0_ns / 1e9
     shipped = tracer_mod.CHUNK
     out = {"records": n, "chunk": shipped}
+    one_callback(records, shipped, trace=False, delivered_at_s=at)  # warm-up: one-off allocations before either way
     for name, chunk in (("whole", max(n, 1)), ("chunked", shipped)):
-        traced = one_callback(records, chunk, trace=True)
-        cpu = min(one_callback(records, chunk, trace=False)["cpu_s"] for _ in range(reps))
+        traced = one_callback(records, chunk, trace=True, delivered_at_s=at)
+        cpu = min(one_callback(records, chunk, trace=False, delivered_at_s=at)["cpu_s"] for _ in range(reps))
         out[name] = {"peak_mib": round(traced["peak_mib"], 2), "cpu_us_per_record": round(cpu / n * 1e6, 3),
                      "kernels": traced["kernels"]}
         out.setdefault("_windows", []).append(traced["windows"])
@@ -143,7 +150,8 @@ def main() -> None:
     a = ap.parse_args()
     install_stand_in_cupti()
     sys.path.insert(0, str(REPO))
-    res = {"machine": platform.node(), "python": platform.python_version(),
+    res = {"machine": platform.node(), "python": platform.python_version(), "cpus": os.cpu_count(),
+           "load_average": os.getloadavg(), "argv": sys.argv[1:],
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "runs": [measure(n, a.reps) for n in a.records]}
     if a.json:

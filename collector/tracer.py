@@ -30,6 +30,7 @@ import gzip
 import json
 import threading
 import time
+from itertools import islice
 from operator import attrgetter
 
 from cupti import cupti  # noqa: F401  (ImportError tells the caller CUPTI is missing)
@@ -46,11 +47,12 @@ TRACED_KINDS = (AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD)
 #: JIT compilation is CUDA's own work that happens with or without a collector.
 _OV = cupti.ActivityOverheadKind
 _IN_PATH_OVERHEAD = frozenset(int(k) for k in (_OV.CUPTI_INSTRUMENTATION, _OV.CUPTI_RESOURCE, _OV.COMMAND_BUFFER_FULL))
-#: One C call reads every field a kernel row needs (11 separate attribute reads cost ~0.5 us more).
-#: Records turned into rows and handed to the aggregator at a time. Reading a record's fields makes
-#: Python objects (its name string, its timestamps): ~470 B a kernel record, so a whole 8-MiB buffer
-#: (~37 k records) held 17 MiB at once, 4,096 hold 2 MiB (``benchmarks/callback_peak.py``, CPU).
+#: Records turned into rows and handed to the aggregator at a time (the record dump, too, is written
+#: per chunk). Reading a record's fields makes Python objects (its name string, its timestamps): ~480 B
+#: a kernel record, so the rows of a whole 8-MiB buffer (~35 k records) held 16 MiB at once, those of
+#: 4,096 hold 2 MiB (``benchmarks/callback_peak.py``, CPU, stand-in records).
 CHUNK = 4096
+#: One C call reads every field a kernel row needs (11 separate attribute reads cost ~0.5 us more).
 _KERNEL_FIELDS = attrgetter("start", "end", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                             "registers_per_thread", "static_shared_memory", "dynamic_shared_memory", "device_id")
 
@@ -125,12 +127,12 @@ class CuptiTracer:
         t0 = time.thread_time()
         ck, mc, ms, oh = AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD
         kf, agg = _KERNEL_FIELDS, self.agg
-        if not isinstance(activities, list):
-            activities = list(activities)
-        for i in range(0, len(activities), CHUNK):  # the rows of one chunk at a time (CHUNK's comment)
+        now = time.time()  # delivery time: one window gets the whole buffer's delivery counts
+        records = iter(activities)
+        while chunk := list(islice(records, CHUNK)):  # the rows of one chunk at a time (CHUNK's comment)
             ks, cs = [], []
             ck_append, cs_append = ks.append, cs.append
-            for a in activities[i:i + CHUNK]:
+            for a in chunk:
                 k = a.kind
                 if k == ck:
                     f = kf(a)
@@ -145,7 +147,6 @@ class CuptiTracer:
                     self.overheads += 1
                     if a.overhead_kind in _IN_PATH_OVERHEAD:
                         self.overhead_ns += max(a.end - a.start, 0)
-            now = time.time()
             if ks:
                 agg.add_kernel_rows(ks, now)
             if cs:
