@@ -125,38 +125,41 @@ class CuptiTracer:
         # CPU time of CUPTI's thread, not wall time: under a launch-bound program the callback waits
         # for the GIL, and wall time then read 6-10 us per record instead of 1.4 us (H200 runs)
         t0 = time.thread_time()
-        ck, mc, ms, oh = AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD
-        kf, agg = _KERNEL_FIELDS, self.agg
         now = time.time()  # delivery time: one window gets the whole buffer's delivery counts
         records = iter(activities)
         while chunk := list(islice(records, CHUNK)):  # the rows of one chunk at a time (CHUNK's comment)
-            ks, cs = [], []
-            ck_append, cs_append = ks.append, cs.append
-            for a in chunk:
-                k = a.kind
-                if k == ck:
-                    f = kf(a)
-                    ck_append((*f[:10], f[10] + f[11], f[12]))
-                elif k == mc:
-                    cs_append((a.start, a.end, COPY_KINDS.get(a.copy_kind, str(a.copy_kind)), MEMORY_KINDS.get(a.src_kind, "unknown"),
-                               MEMORY_KINDS.get(a.dst_kind, "unknown"), a.bytes, a.device_id))
-                elif k == ms:
-                    cs_append((a.start, a.end, "memset", None, MEMORY_KINDS.get(a.memory_kind, "unknown"), a.bytes, a.device_id))
-                elif k == oh:
-                    agg.add_overhead(a.start, a.end)
-                    self.overheads += 1
-                    if a.overhead_kind in _IN_PATH_OVERHEAD:
-                        self.overhead_ns += max(a.end - a.start, 0)
-            if ks:
-                agg.add_kernel_rows(ks, now)
-            if cs:
-                agg.add_copies(cs, now)
-            self.kernels += len(ks)
-            self.copies += len(cs)
-            if self._dump is not None and self._dump_left > 0:
-                self._write_dump(ks, cs)
+            self._fold(chunk, now)
         self.buffers_completed += 1
         self.callback_s += time.thread_time() - t0
+
+    def _fold(self, chunk: list, now: float) -> None:
+        """Turn one chunk of records into rows and hand them to the aggregator (and the record dump)."""
+        ck, mc, ms, oh = AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD
+        ks, cs = [], []
+        ck_append, cs_append, kf, agg = ks.append, cs.append, _KERNEL_FIELDS, self.agg
+        for a in chunk:
+            k = a.kind
+            if k == ck:
+                f = kf(a)
+                ck_append((*f[:10], f[10] + f[11], f[12]))
+            elif k == mc:
+                cs_append((a.start, a.end, COPY_KINDS.get(a.copy_kind, str(a.copy_kind)), MEMORY_KINDS.get(a.src_kind, "unknown"),
+                           MEMORY_KINDS.get(a.dst_kind, "unknown"), a.bytes, a.device_id))
+            elif k == ms:
+                cs_append((a.start, a.end, "memset", None, MEMORY_KINDS.get(a.memory_kind, "unknown"), a.bytes, a.device_id))
+            elif k == oh:
+                agg.add_overhead(a.start, a.end)
+                self.overheads += 1
+                if a.overhead_kind in _IN_PATH_OVERHEAD:
+                    self.overhead_ns += max(a.end - a.start, 0)
+        if ks:
+            agg.add_kernel_rows(ks, now)
+        if cs:
+            agg.add_copies(cs, now)
+        self.kernels += len(ks)
+        self.copies += len(cs)
+        if self._dump is not None and self._dump_left > 0:
+            self._write_dump(ks, cs)
 
     def _write_dump(self, ks, cs) -> None:
         for kind, rows in (("kernel", ks), ("copy", cs)):
