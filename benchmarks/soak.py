@@ -231,7 +231,8 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
     own estimate ``f_on``)."""
     times = read_steps(steps_file(train_json))
     counted = json.loads(Path(kps_json).read_text())
-    rps = counted["kernels_per_step"] + counted.get("copies_per_step", 0.0)
+    copies = counted.get("copies_per_step")  # counts before 2026-12-07 have kernels only: said so in the result
+    rps = counted["kernels_per_step"] + (copies or 0.0)
     log = json.loads(Path(duty_log).read_text())
     fields = log["fields"]
     rows = [dict(zip(fields, r)) for r in log["rows"]]
@@ -256,7 +257,7 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
     slowdown = (rate_off / rate_on - 1) if rate_on and rate_off else None
     work_duty = on_steps / total if total else None
     return {"on_phases": len(per_phase), "on_time_s": on_time, "wall_duty": on_time / (hi - lo),
-            "work_duty": work_duty, "traced_records": traced, "records_per_step": rps,
+            "work_duty": work_duty, "traced_records": traced, "records_per_step": rps, "copies_counted": copies is not None,
             "expected_records_in_on_phases": expected,
             "traced_over_expected": traced / expected if expected else None,
             "per_phase_ratio_min": min((x for x in per_phase if x is not None), default=None),
@@ -267,19 +268,25 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
             "drain_wait_s_and_zero_ts": [(r["drain_wait_s"], r["zero_ts"]) for r in rows if "zero_ts" in r]}
 
 
-def gpu_memory(gpumem_csv: str, pid: int, sample_s: float = 15.0) -> dict:
-    """GPU memory of process ``pid`` as ``gpu_soak.sh`` samples it (``nvidia-smi --query-compute-apps=pid,
-    used_memory -l 15``: one ``pid, N MiB`` line per process per sample, no timestamps; a change's time
-    is k x ``sample_s`` for the pid's k-th sample, counted from its first, not from the run's start):
-    first and last value, and each change with its time. CUPTI's
-    device buffers and whatever the driver keeps for it are here and nowhere in the RSS."""
-    series = []
+def read_gpumem(gpumem_csv: str) -> dict[int, list[int]]:
+    """``gpu_soak.sh``'s nvidia-smi samples (``nvidia-smi --query-compute-apps=pid,used_memory -l 15``: one
+    ``pid, N MiB`` line per process per sample, no timestamps): each pid's MiB values in order."""
+    series: dict[int, list[int]] = {}
     for line in Path(gpumem_csv).read_text().splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 2 and fields[0] == str(pid) and fields[1].endswith("MiB"):
-            series.append(int(fields[1].split()[0]))
+        if len(fields) == 2 and fields[0].isdigit() and fields[1].endswith("MiB"):
+            series.setdefault(int(fields[0]), []).append(int(fields[1].split()[0]))
+    return series
+
+
+def gpu_memory(gpumem: str | dict, pid: int, sample_s: float = 15.0) -> dict:
+    """GPU memory of process ``pid`` in ``gpu_soak.sh``'s samples (the CSV's path, or ``read_gpumem``'s
+    result; a change's time is k x ``sample_s`` for the pid's k-th sample, counted from its first, not
+    from the run's start): first and last value, and each change with its time. CUPTI's device buffers
+    and whatever the driver keeps for it are here and nowhere in the RSS."""
+    series = (read_gpumem(gpumem) if isinstance(gpumem, str) else gpumem).get(pid)
     if not series:
-        raise ValueError(f"no GPU memory samples of pid {pid} in {gpumem_csv}")
+        raise ValueError(f"no GPU memory samples of pid {pid}" + (f" in {gpumem}" if isinstance(gpumem, str) else ""))
     steps = [(k * sample_s, series[k] - series[k - 1]) for k in range(1, len(series)) if series[k] != series[k - 1]]
     return {"pid": pid, "samples": len(series), "first_mib": series[0], "last_mib": series[-1],
             "growth_mib": series[-1] - series[0], "changes_at_s_mib": steps}
@@ -315,13 +322,14 @@ def main() -> None:
     a = ap.parse_args()
     if a.cmd == "gpumem":
         failed = 0
-        for t in a.train:  # every file is reported; one without samples (or without a pid) does not hide the others
-            tr = json.loads(Path(t).read_text())
+        samples = read_gpumem(a.gpumem)  # once for every file; a missing CSV is the command's error
+        for t in a.train:  # every file is reported; one missing, unreadable, without a pid or samples hides no other
             try:
+                tr = json.loads(Path(t).read_text())
                 if "pid" not in tr:
                     raise ValueError("no pid recorded (written before soak.py recorded one)")
-                print(t, json.dumps(gpu_memory(a.gpumem, tr["pid"])))
-            except ValueError as exc:
+                print(t, json.dumps(gpu_memory(samples, tr["pid"])))
+            except (OSError, ValueError) as exc:
                 print(t, f"error: {exc}")
                 failed += 1
         raise SystemExit(1 if failed else 0)

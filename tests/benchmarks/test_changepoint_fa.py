@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import changepoint_fa
+import changepoint_fa
 
 
 @pytest.mark.parametrize("text", ["47,24", "x", "24", "-1,5"])

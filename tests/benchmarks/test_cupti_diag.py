@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cupti_diag
+import cupti_diag
 
 
 def test_attrs_parse_and_a_malformed_one_is_an_error():

@@ -3,7 +3,7 @@
 import numpy as np
 
 from analytics import noise_model as nm
-from benchmarks import detection_rows
+import detection_rows
 from simulator.corpus import make_corpus
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from benchmarks.fence_check import verdicts
+from fence_check import verdicts
 
 Q = 0.3  # seconds the 200 queued matmuls take alone
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks import final_detach
+import final_detach
 from cudawatch import shards as sh
 
 from ..test_shards import HOUR, kernel_rows

@@ -1,15 +1,10 @@
 """benchmarks/joint_test.py: the group statistic and the corpus it is measured on."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("joint_test", ROOT / "benchmarks" / "joint_test.py")
-jt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(jt)
+import joint_test as jt
 
 
 def test_joint_sums_members_clipped_at_zero():

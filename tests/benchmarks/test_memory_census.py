@@ -1,14 +1,9 @@
 """benchmarks/memory.py --census: the type census names what grew between two counts."""
 
-import importlib.util
-from pathlib import Path
 
 import gpu_workloads  # benchmarks/ (tests/benchmarks/conftest.py puts it on the path)
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("memory_bench", ROOT / "benchmarks" / "memory.py")
-memory = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(memory)
+import memory
 
 
 class _Kept:

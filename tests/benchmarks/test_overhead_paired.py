@@ -1,17 +1,12 @@
 """benchmarks/overhead_paired.py: the within-process design cancels a baseline that moves between
 processes, and says when the process is not back to its baseline after the stop."""
 
-import importlib.util
 import random
 import statistics
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("overhead_paired", ROOT / "benchmarks" / "overhead_paired.py")
-paired = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paired)
+import overhead_paired as paired
 
 
 def _runs(true_ratio: float, after_stop: float, n: int, seed: int, mode: str = "cudawatch") -> list[dict]:

@@ -9,7 +9,7 @@ import tracemalloc
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import replay_soak
+import replay_soak
 
 from ..collector.conftest import REPO
 

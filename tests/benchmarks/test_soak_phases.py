@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import soak
-from benchmarks.step_log import StepLog
+import soak  # benchmarks/ (tests/benchmarks/conftest.py), as the script imports its siblings
+from step_log import StepLog
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("copies_per_step", [0.0, 1.5])
@@ -34,10 +36,14 @@ def test_an_on_phase_that_lost_nothing_reads_one_with_copies_counted(tmp_path, c
 
     res = soak.phases(str(train), str(duty), str(kps))
     assert res["on_phases"] == 3 and res["records_per_step"] == 4.0 + copies_per_step
+    assert res["copies_counted"] is True
     per_step = 4.0 + copies_per_step
     assert res["per_phase_ratio_max"] == pytest.approx(1.0)
     assert res["per_phase_ratio_min"] == pytest.approx(1 - 20 / (200 * per_step))  # the lossy phase shows
     assert res["traced_over_expected"] == pytest.approx(1 - 20 / (600 * per_step))
+    kps.write_text(json.dumps({"kernels_per_step": 4.0}))  # a count from before copies were counted
+    older = soak.phases(str(train), str(duty), str(kps))
+    assert older["copies_counted"] is False and older["records_per_step"] == 4.0
 
 
 def test_gpu_memory_follows_one_pid_through_nvidia_smi_samples(tmp_path):
@@ -79,11 +85,13 @@ def test_gpumem_reports_every_file_and_fails_for_one_without_a_pid(tmp_path):
     with_pid = tmp_path / "lm_traced.json"
     with_pid.write_text(json.dumps({"workload": "lm", "pid": 792}))
     p = subprocess.run([sys.executable, "benchmarks/soak.py", "gpumem", "--gpumem", str(S20 / "gpumem.csv"),
-                        "--train", str(S20 / "lm.json"), str(with_pid)],  # §20's lm.json predates the pid
-                       cwd=S20.parents[4], capture_output=True, text=True, timeout=60)
+                        "--train", str(S20 / "lm.json"), str(tmp_path / "missing.json"), str(with_pid)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)  # §20's lm.json predates the pid
     assert p.returncode == 1, p.stderr
     lines = p.stdout.splitlines()
-    assert "error: no pid recorded" in lines[0] and json.loads(lines[1].split(" ", 1)[1])["growth_mib"] == 16
+    assert "error: no pid recorded" in lines[0] and json.loads(lines[2].split(" ", 1)[1])["growth_mib"] == 16
+    assert "missing.json error:" in lines[1]  # a missing file is reported and hides nothing after it
+    assert soak.gpu_memory(soak.read_gpumem(str(S20 / "gpumem.csv")), 792) == soak.gpu_memory(str(S20 / "gpumem.csv"), 792)
 
 
 # §21: six LM processes at once for 600 s on an H100, each a different way to pause (docs/benchmarks.md).

@@ -3,7 +3,7 @@
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import spool_rss
+import spool_rss
 
 
 def test_each_hour_is_written_once_its_last_window_is_closed(tmp_path):

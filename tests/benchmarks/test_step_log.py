@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import step_log
+import step_log
 
 
 def test_every_step_time_reaches_the_file_in_order_across_chunks(tmp_path):

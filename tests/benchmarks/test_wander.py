@@ -1,16 +1,14 @@
 """benchmarks/wander.py: sampling noise against wander, on the real capture kept in tests/data/cupti
 and on windows built to have none or a known wander."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import wander
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("wander", ROOT / "benchmarks" / "wander.py")
-wander = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(wander)
 
 
 def _windows(levels: np.ndarray, n: int, sd: float, rng) -> np.ndarray:
