@@ -19,8 +19,8 @@ on; then, all on one stream:
    event recorded after it: ``spin_running_at_stop``), then a synchronize.
 
 It reports the xor launches the shards hold against ``pre + burst``, the records without
-timestamps and delivered, the drain's counts (``fence.final`` 1: the last detach fenced; at §21's first
-run, before the change, the same 1 meant it did not), how long
+timestamps and delivered, the drain's counts (``fence.final_fenced`` 1: the last detach fenced; §21's
+JSON has ``final``, which in its first run, before the change, counted a last detach that did not), how long
 ``stop()`` took and ``valid_run`` (``summarize``). Drops CUPTI reports at the last detach are not
 seen (the session reads them only while attached); a missing marker launch shows in the count.
 Needs a GPU.

@@ -37,7 +37,7 @@ barrier for ever (a program hang, not only a bounded wait); and a program that d
 program's end, fences too (with a longer bound, ``collector.drain.FINAL_MAX_S``): Python's ``atexit``
 handlers run before the CUDA runtime tears its contexts down, and a context already reset reads as
 ``idle``; an ``atexit`` handler that resets the device while the fence polls is the hazard above.
-A last detach during interpreter teardown does not fence (``collector.drain``).
+The last detach left to the collector's thread after ``stop()`` gave up on it does not fence.
 
 Driver API through ctypes (``libcuda.so.1``), like the rest of the collector's GPU code only in
 ``collector/``; ``lib`` takes a stand-in for CPU tests. The fence is armed after the traced kinds

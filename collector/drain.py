@@ -40,9 +40,9 @@ a 1-s kernel and 500 launches queued lost all 501 records without a fence, and t
 same; docs/benchmarks.md §21). From ``atexit`` the context is normally still there: Python runs its
 ``atexit`` handlers before the CUDA runtime's own teardown; a handler registered after the collector's
 runs before it, and one that resets the device (``cudaDeviceReset``) leaves no active context (``idle``)
-unless it runs while the fence polls (``collector.cuda_fence`` has that hazard). A last detach while
-the interpreter is already finalizing (the collector's thread, after ``stop()`` gave up waiting for
-it) does not fence. A kernel that never ends on the legacy
+unless it runs while the fence polls (``collector.cuda_fence`` has that hazard). The last detach
+left to the collector's thread (``stop()`` gave up waiting for it in a CUPTI call, so the program
+may be tearing down by the time it returns) does not fence: the session asks for none. A kernel that never ends on the legacy
 stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
 fences in a row ran to the bound (the fence's ``timed_out``: events still pending; a skip neither
 counts nor breaks the row) the fence is dropped like a failed one (a long queue under sharing
@@ -54,7 +54,6 @@ Pure arithmetic here, no CUPTI: tested on CPU.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from collector.cuda_fence import FenceError, StreamFence
@@ -134,32 +133,32 @@ class DetachDrain:
         (it failed before its wait) or, with a fence, ``fence``'s ``waits`` (of which the bound ended
         ``timeouts``), ``skipped`` (a graph capture), ``idle`` (nothing to wait for: CUDA not or no
         longer initialized, no active context) or ``unfenced`` (the fence failed, then or before); an
-        interrupted fence wait counts as ``unwaited``; a last detach while the interpreter is already
-        tearing down (the collector's thread, after ``stop()`` gave up on it) does not fence and counts as
-        ``unfenced``. ``final`` counts the last detach's fence attempts (bound ``FINAL_MAX_S``), whatever
-        their outcome (before 2026-12-07 it counted last detaches that did not fence); ``set_wait``
-        counts the fence's waits that outlasted the adaptive floor; ``failed``, the detaches that did
+        interrupted fence wait counts as ``unwaited``; a detach asked to skip the fence (``fence=False``:
+        the last one left to the collector's thread after ``stop()`` gave up on it) counts as
+        ``unfenced``. ``final_fenced`` counts the last detach's fence attempts (bound ``FINAL_MAX_S``),
+        whatever their outcome (JSON written before 2026-12-07 has ``final`` instead: last detaches that
+        did not fence); ``set_wait`` counts the fence's waits that outlasted the adaptive floor; ``failed``, the detaches that did
         not complete through their forced flush and finalize (also counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     **{k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped", "idle")},
-                    "final": self.final, "unfenced": self.unfenced, "set_wait": self.fence_set},
+                    "final_fenced": self.final, "unfenced": self.unfenced, "set_wait": self.fence_set},
                 "unwaited": self.unwaited, "failed": self.failed,
                 "fence_error": self.fence_error}
 
-    def wait(self, *, final: bool = False) -> float:
+    def wait(self, *, final: bool = False, fence: bool = True) -> float:
         """Wait before a detach's forced flush; the seconds waited: on the fence (up to ``max_s``, or
         ``FINAL_MAX_S`` for the program's last detach) when there is one, then the rest of the adaptive
         wait if the fence returned sooner. No fence while a graph capture makes the legacy stream
-        unusable (skipped). A failed fence is dropped for good, counted once in health; the time it
-        took still counts as waited."""
+        unusable (skipped) or when the caller asks for none (``fence=False``). A failed fence is
+        dropped for good, counted once in health; the time it took still counts as waited."""
         self._entered = True
         if self.max_s <= 0:
             return 0.0
         fenced = 0.0
-        if self.fence is None or (final and sys.is_finalizing()):  # the interpreter tearing down: no driver calls
+        if self.fence is None or not fence:
             self.unfenced += self._fence_seen is not None
         else:
             bound = FINAL_MAX_S if final else self.max_s

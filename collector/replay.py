@@ -139,7 +139,7 @@ class ReplayTracer:
     def pause(self) -> None:
         self.detach()
 
-    def detach(self, *, final: bool = False) -> None:
+    def detach(self, *, final: bool = False, fence: bool = True) -> None:  # recorded records: nothing to wait for
         if self.attached:
             self.flush(True)
         self.enabled = False

@@ -199,7 +199,8 @@ class Session:
             if self._detach_left:
                 with self.tracer.op_lock:
                     try:
-                        self.tracer.detach(final=True)  # nothing to do when stop() detached
+                        self.tracer.detach(final=True, fence=False)  # nothing to do when stop() detached; the
+                        # program may be tearing down by now (stop() gave up on this thread): no driver calls
                     except Exception as exc:
                         self._error(time.time(), "final detach (after stop)", exc)
 

@@ -228,7 +228,7 @@ class CuptiTracer:
         self.detach()
 
     @_busy
-    def detach(self, *, final: bool = False) -> None:
+    def detach(self, *, final: bool = False, fence: bool = True) -> None:
         """Disable, flush unforced, wait for queued kernels (``self.drain``), flush forced and
         ``cuptiFinalize`` (``self.finalizer``: here, or at an application thread's API exit): CUPTI
         leaves the process and its launch-path cost and device buffers with it. Kernels still running
@@ -241,7 +241,7 @@ class CuptiTracer:
             self.disable()
             cupti.activity_flush_all(0)
             wait = self.drain.wait_s()  # what an interrupted wait is noted as
-            wait = self.drain.wait(final=final)  # the adaptive wait, or until the queued work is done (fence)
+            wait = self.drain.wait(final=final, fence=fence)  # the adaptive wait, or until the queued work is done
             cupti.activity_flush_all(1)
             flushed = True
         finally:

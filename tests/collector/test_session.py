@@ -270,7 +270,7 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
 
     monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
     monkeypatch.setattr(session_mod, "STOP_JOIN_S", 0.2)
-    entered, release, finals, dropped_on = threading.Event(), threading.Event(), [], []
+    entered, release, finals, dropped_on, fences = threading.Event(), threading.Event(), [], [], []
     detach, dropped, flush = ReplayTracer.detach, ReplayTracer.dropped, ReplayTracer.flush
     close = session_mod.Session._close_windows
 
@@ -278,12 +278,13 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
         entered.set()
         release.wait(10)
 
-    def stuck_detach(self, *, final=False):
+    def stuck_detach(self, *, final=False, fence=True):
         finals.append(final)
+        fences.append(fence)
         with self.op_lock:  # what CuptiTracer's methods hold while in CUPTI
             if not final and where == "detach":
                 block()
-            detach(self, final=final)
+            detach(self, final=final, fence=fence)
 
     def stuck_flush(self, force=True):
         with self.op_lock:
@@ -305,6 +306,7 @@ def _stuck_session(tmp_path, monkeypatch, where: str):
     monkeypatch.setattr(ReplayTracer, "flush", stuck_flush)
     monkeypatch.setattr(session_mod.Session, "_close_windows", stuck_close)
     s = session_mod.Session(job="stuck", out=tmp_path, window_s=1, budget_pct=2.0, adaptive=where != "flush").start()
+    s.tracer.fences = fences  # each detach's fence argument, for the tests that look
     return s, entered, release, finals, dropped_on
 
 
@@ -350,6 +352,7 @@ def test_a_thread_stuck_in_a_cupti_call_detaches_itself_once_it_returns(tmp_path
         release.set()
         s._thread.join(5)
     assert finals == [True] and not s.tracer.attached
+    assert s.tracer.fences == [False]  # the late detach asks for no fence: the program may be tearing down
 
 
 def test_the_status_file_for_the_node_agent_and_a_failure_to_write_it(tmp_path, monkeypatch):
