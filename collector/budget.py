@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-import os
 
-
-#: Smallest host buffer accepted (CUPTI needs room for at least a few records per buffer).
-MIN_HOST_BUFFER = 64 << 10
+from cudawatch.config import MIN_HOST_BUFFER_KIB, collector_host_buffer
 
 
 class BufferBudget:
@@ -19,8 +16,7 @@ class BufferBudget:
     milliseconds), and CUPTI's device-side buffers of ``total/8`` with a pool limit of 4
     (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_DEVICE_BUFFER_POOL_LIMIT``). Records that do not
     fit are dropped by CUPTI and counted (``health.dropped_records``), never buffered without bound.
-    ``host_buffer_bytes`` (or ``CUDAWATCH_HOST_BUFFER_KIB``) makes the host buffers smaller: the
-    binding turns a whole buffer into Python objects in one callback, so a smaller buffer lowers that
+    ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) makes the host buffers smaller: the binding turns a whole buffer into Python objects in one callback, so a smaller buffer lowers that
     peak (an experiment of issue 10, docs/collector.md; the default is unchanged).
     """
 
@@ -28,22 +24,22 @@ class BufferBudget:
         if total_bytes < 1 << 20:
             raise ValueError(f"buffer budget {total_bytes} B is below the 1 MiB minimum")
         self.total = total_bytes
-        if host_buffer_bytes is None:  # CUDAWATCH_HOST_BUFFER_KIB: smaller host buffers, fewer records per callback
-            raw = os.environ.get("CUDAWATCH_HOST_BUFFER_KIB") or ""
-            try:
-                host_buffer_bytes = int(raw) << 10 if raw else total_bytes // 4
-            except ValueError:
-                raise ValueError(f"CUDAWATCH_HOST_BUFFER_KIB must be a whole number of KiB, got {raw!r}") from None
-        if not MIN_HOST_BUFFER <= host_buffer_bytes <= total_bytes // 4:
-            raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER >> 10} KiB to {total_bytes >> 12} KiB "
-                             f"(a quarter of the budget), got {host_buffer_bytes >> 10} KiB")
-        self.host_buffer = host_buffer_bytes
+        self.host_buffer = total_bytes // 4 if host_buffer_bytes is None else host_buffer_bytes
+        if not MIN_HOST_BUFFER_KIB << 10 <= self.host_buffer <= total_bytes // 4:
+            raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER_KIB} KiB to {total_bytes >> 12} KiB "
+                             f"(a quarter of the budget), got {self.host_buffer >> 10} KiB")
         self.host_buffers_max = 2
         self.device_buffer = total_bytes // 8
         self.device_pool_limit = 4
 
+    @classmethod
+    def from_env(cls, total_bytes: int = 32 << 20, environ: dict | None = None) -> "BufferBudget":
+        """The budget with ``CUDAWATCH_HOST_BUFFER_KIB``'s host buffer, if set (``ConfigError`` naming it)."""
+        return cls(total_bytes, collector_host_buffer(total_bytes, environ))
+
     def bound(self) -> int:
-        """Upper bound of activity-buffer memory under this budget (``total``, less with smaller host buffers)."""
+        """Activity-buffer memory under this budget if CUPTI holds ``host_buffers_max`` host buffers at a time
+        (``total`` at the default host buffer size)."""
         return self.host_buffer * self.host_buffers_max + self.device_buffer * self.device_pool_limit
 
 

@@ -122,10 +122,10 @@ def check_config() -> list[Check]:
         out.append(Check("overhead budget", "fail", str(exc)))
     from collector.budget import BufferBudget
 
-    try:
-        host = BufferBudget().host_buffer
+    try:  # the session's default buffer budget
+        host = BufferBudget.from_env().host_buffer
         out.append(Check("CUPTI host buffers", "ok", f"{host >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"))
-    except ValueError as exc:
+    except ConfigError as exc:
         out.append(Check("CUPTI host buffers", "fail", str(exc)))
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")

@@ -108,7 +108,7 @@ class Session:
                                 cupti_version=version, alive_from_s=time.time(), budget_pct=self.budget_pct)
         self.agg = Aggregator(self.window_s)
         try:  # a bad setting (e.g. CUDAWATCH_DETACH_DRAIN_MS) turns the collector off, never the program
-            budget = BufferBudget(self.buffer_mib << 20)
+            budget = BufferBudget.from_env(self.buffer_mib << 20)
             self.tracer = tracer_cls(self.agg, replay, budget) if replay else tracer_cls(self.agg, budget, dump_path=self.dump_path)
             self.tracer.attach()
         except Exception as exc:

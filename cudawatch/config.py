@@ -153,6 +153,26 @@ class AlertConfig:
         )
 
 
+#: Smallest CUPTI host buffer the collector accepts (KiB): room for hundreds of records.
+MIN_HOST_BUFFER_KIB = 64
+
+
+def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = None) -> int | None:
+    """The collector's CUPTI host buffer in bytes (``CUDAWATCH_HOST_BUFFER_KIB``), or None when unset
+    (the buffer budget's default, a quarter of ``total_bytes``); at most that quarter."""
+    raw = _env("CUDAWATCH_HOST_BUFFER_KIB", None, environ)
+    if raw is None:
+        return None
+    try:
+        kib = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={raw!r} is not a whole number of KiB") from exc
+    if not MIN_HOST_BUFFER_KIB <= kib <= total_bytes >> 12:
+        raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={kib} must be {MIN_HOST_BUFFER_KIB} KiB to {total_bytes >> 12} KiB "
+                          "(a quarter of the collector's buffer budget)")
+    return kib << 10
+
+
 def max_overhead_pct(environ: dict | None = None) -> float:
     """The collector's overhead budget in percent (``CUDAWATCH_MAX_OVERHEAD_PCT``, default 2)."""
     value = _float("CUDAWATCH_MAX_OVERHEAD_PCT", 2.0, environ)

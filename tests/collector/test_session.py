@@ -406,3 +406,14 @@ def test_an_interrupt_in_the_last_detach_still_writes_the_windows_then_propagate
     assert not s.active and s.errors == errors0 + 1
     health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
     assert health and any("final flush/detach: KeyboardInterrupt" in (r.get("last_error") or "") for r in health)
+
+
+def test_a_bad_host_buffer_size_turns_the_collector_off_not_the_program(tmp_path, monkeypatch):
+    from collector.session import Session
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    for bad in ("big", "16"):  # not a number; below 64 KiB: both messages name the variable
+        monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", bad)
+        s = Session(job="bad-buffer", out=tmp_path).start()
+        assert not s.active and "CUDAWATCH_HOST_BUFFER_KIB" in s.reason
+        s.stop()
