@@ -17,9 +17,12 @@ import gzip
 import json
 import threading
 import time
+from operator import itemgetter
 
 from collector.aggregate import Aggregator
 from collector.drain import DetachDrain
+
+_AT = itemgetter(0)  # a record's recorded start (an untimed one's: where CUPTI delivered it)
 
 
 def load_records(path, *, untimed: list | None = None) -> tuple[list, list]:
@@ -68,10 +71,7 @@ class ReplayTracer:
         if not self._kernels and not self._copies:
             raise ValueError(f"{path}: no records with timestamps to replay" + (
                 f" ({len(untimed)} without: nothing to place them in time by)" if untimed else ""))
-        self._untimed = sorted(untimed, key=lambda u: u[0])
-        # each list's recorded starts, in time order: a flush bisects them for its interval
-        self._kstarts, self._cstarts = [r[0] for r in self._kernels], [r[0] for r in self._copies]
-        self._ustarts = [u[0] for u in self._untimed]
+        self._untimed = sorted(untimed, key=_AT)  # all three lists in time order: a flush bisects them by it
         starts = [r[0] for r in self._kernels[:1] + self._copies[:1]]
         ends = [r[1] for r in self._kernels[-1:] + self._copies[-1:]]
         self._t0 = min(starts)
@@ -117,11 +117,12 @@ class ReplayTracer:
         for loop in range(lo // self._span, hi // self._span + 1):
             shift = loop * self._span
             a, b = lo - shift + self._t0, hi - shift + self._t0  # this loop's part of [lo, hi), in recorded ns
-            for src, starts, out in ((self._kernels, self._kstarts, ks), (self._copies, self._cstarts, cs)):
-                for r in src[bisect.bisect_left(starts, a):bisect.bisect_left(starts, b)]:
+            for src, out in ((self._kernels, ks), (self._copies, cs)):
+                for r in src[bisect.bisect_left(src, a, key=_AT):bisect.bisect_left(src, b, key=_AT)]:
                     start = self._t0 + int((r[0] - self._t0 + shift) / self.speed)  # compressed timeline, real durations
                     out.append((start, start + r[1] - r[0]) + tuple(r[2:]))
-            for _, is_kernel, r in self._untimed[bisect.bisect_left(self._ustarts, a):bisect.bisect_left(self._ustarts, b)]:
+            u = self._untimed
+            for _, is_kernel, r in u[bisect.bisect_left(u, a, key=_AT):bisect.bisect_left(u, b, key=_AT)]:
                 (ks if is_kernel else cs).append(r)  # as recorded: the aggregator counts them invalid
         now = time.time()
         if ks:
