@@ -62,8 +62,9 @@ from collector.cuda_fence import FenceError, StreamFence
 #: matmuls; with the 16-77 ms a detach + attach takes, a cycle at the longest wait costs 116-177 ms,
 #: about the 150 ms the controller already assumes per cycle (collector.control.CYCLE_FLOOR_S).
 DEFAULT_MAX_S = 0.1
-#: Bound of the program's last detach (its fence only; ``max_s`` = 0 turns it off too): long enough for a
-#: launch queue of ~1,000 1-ms kernels; at most this much longer a stop, once, at the program's end.
+#: Bound of the program's last detach (its fence only; ``max_s`` = 0 turns it off too): twice the 1-s
+#: queue of docs/benchmarks.md §21, whose records the unfenced stop lost; at most this much longer a
+#: stop, once, at the program's end.
 FINAL_MAX_S = 2.0
 #: Largest accepted ``CUDAWATCH_DETACH_DRAIN_MS``: the wait runs on the collector's thread, which
 #: ``stop()`` joins for at most 10 s.
