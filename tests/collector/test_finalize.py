@@ -20,7 +20,7 @@ import pytest
 from collector.finalize import DEFAULT_TIMEOUT_S, DetachFinalizer, finalize_mode
 
 from .conftest import REPO
-from .test_drain import FAKE_CUPTI
+from .stand_in_cupti import FAKE_CUPTI
 
 
 def test_thread_is_the_default_and_callback_is_opt_in(monkeypatch):

@@ -1,7 +1,7 @@
 """The tracer's buffer callback (``CuptiTracer._completed``) in chunks: a buffer of mixed records handed
 over ``CHUNK`` records at a time aggregates exactly what one pass does, with the stand-in ``cupti``."""
 
-from .test_drain import _run_stand_in
+from .stand_in_cupti import _run_stand_in
 
 BODY = """
 import gzip
