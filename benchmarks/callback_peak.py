@@ -25,7 +25,6 @@ the callback hands rows over (``CUDAWATCH_HOST_BUFFER_KIB`` shrinks that one).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -43,9 +42,6 @@ FIELDS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regist
 
 def install_stand_in_cupti() -> None:
     """A ``cupti`` package with the enums ``collector.tracer`` reads at import (never a GPU call)."""
-    if "cupti" in sys.modules and getattr(sys.modules["cupti"], "STAND_IN", False):
-        return
-
     class _Enum:
         def __init__(self, *names):
             for i, n in enumerate(names):
@@ -56,7 +52,7 @@ def install_stand_in_cupti() -> None:
     mod.ActivityOverheadKind = _Enum("CUPTI_INSTRUMENTATION", "CUPTI_RESOURCE", "COMMAND_BUFFER_FULL")
     mod.ActivityAttribute = _Enum("ATTR_DEVICE_BUFFER_SIZE", "ATTR_DEVICE_BUFFER_POOL_LIMIT")
     pkg = types.ModuleType("cupti")
-    pkg.cupti, pkg.STAND_IN = mod, True
+    pkg.cupti = mod
     sys.modules["cupti"], sys.modules["cupti.cupti"] = pkg, mod
 
 
@@ -79,18 +75,19 @@ def record_class():
     return KernelRecord
 
 
-def buffer_of(n: int, t0_ns: int) -> list:
-    """``n`` kernel records 1 us apart from ``t0_ns``, names and shapes drawn in turn from the capture."""
-    rows = []
-    with gzip.open(RECORDS, "rt") as fh:
-        for line in fh:
-            item = json.loads(line)
-            if item["kind"] == "kernel" and item["rec"][0] > 0:
-                rec = item["rec"]
-                # the capture's row: start, end, name, grid x/y/z, block x/y/z, registers, shared memory, device
-                rows.append((rec[2], (*rec[3:10], rec[10], 0, rec[11])))
+def captured_kernels() -> list[tuple[str, tuple]]:
+    """(name, launch shape in ``FIELDS`` order) of each timed kernel record in the capture."""
+    from collector.replay import load_records
+
+    kernels, _ = load_records(RECORDS)
+    # a signature: name, grid x/y/z, block x/y/z, registers, shared memory (static + dynamic), device
+    return [(sig[0], (*sig[1:8], sig[8], 0, sig[9])) for _, _, sig in kernels]
+
+
+def buffer_of(n: int, t0_ns: int, captured: list[tuple[str, tuple]]) -> list:
+    """``n`` kernel records 1 us apart from ``t0_ns``, names and shapes drawn in turn from ``captured``."""
     cls = record_class()
-    return [cls(t0_ns + i * 1_000, *rows[i % len(rows)]) for i in range(n)]
+    return [cls(t0_ns + i * 1_000, *captured[i % len(captured)]) for i in range(n)]
 
 
 def one_callback(records: list, chunk: int, *, trace: bool, delivered_at_s: float) -> dict:
@@ -120,23 +117,22 @@ def one_callback(records: list, chunk: int, *, trace: bool, delivered_at_s: floa
             "windows": windows}
 
 
-def measure(n: int, reps: int) -> dict:
+def measure(n: int, reps: int, captured: list[tuple[str, tuple]]) -> dict:
     import collector.tracer as tracer_mod
 
     t0_ns = time.time_ns()
-    records = buffer_of(n, t0_ns)
+    records = buffer_of(n, t0_ns, captured)
     at = t0_ns / 1e9
     shipped = tracer_mod.CHUNK
-    out = {"records": n, "chunk": shipped}
+    out, windows = {"records": n, "chunk": shipped}, []
     one_callback(records, shipped, trace=False, delivered_at_s=at)  # warm-up: one-off allocations before either way
     for name, chunk in (("whole", max(n, 1)), ("chunked", shipped)):
         traced = one_callback(records, chunk, trace=True, delivered_at_s=at)
         cpu = min(one_callback(records, chunk, trace=False, delivered_at_s=at)["cpu_s"] for _ in range(reps))
         out[name] = {"peak_mib": round(traced["peak_mib"], 2), "cpu_us_per_record": round(cpu / n * 1e6, 3),
                      "kernels": traced["kernels"]}
-        out.setdefault("_windows", []).append(traced["windows"])
-    out["same_windows"] = out["_windows"][0] == out["_windows"][1]
-    del out["_windows"]
+        windows.append(traced["windows"])
+    out["same_windows"] = windows[0] == windows[1]
     out["peak_ratio_chunked_over_whole"] = round(out["chunked"]["peak_mib"] / out["whole"]["peak_mib"], 3)
     out["cpu_ratio_chunked_over_whole"] = round(out["chunked"]["cpu_us_per_record"] / out["whole"]["cpu_us_per_record"], 3)
     return out
@@ -149,11 +145,12 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     install_stand_in_cupti()
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO))  # collector/ when the repository is not installed
+    captured = captured_kernels()
     res = {"machine": platform.node(), "python": platform.python_version(), "cpus": os.cpu_count(),
            "load_average": os.getloadavg(), "argv": sys.argv[1:],
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "runs": [measure(n, a.reps) for n in a.records]}
+           "runs": [measure(n, a.reps, captured) for n in a.records]}
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))

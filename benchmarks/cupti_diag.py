@@ -223,6 +223,9 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
 
     A = cupti.ActivityAttribute
     attrs = attrs or {}
+    unknown = [name for name in attrs if not hasattr(A, name)]
+    if unknown:  # before the GPU warm-up, not at the first attach
+        raise SystemExit(f"--attr: cupti.ActivityAttribute has no {', '.join(unknown)}")
     read_back: dict = {}
     host = 1 << 20 if variant == "finalize_host1" else 8 << 20
     cnt = Counter(cupti)

@@ -77,13 +77,11 @@ def run(queue_s: float, burst: int, pre: int, warm_s: float) -> dict:
     if not session.active:
         raise SystemExit(f"collector did not start: {session.reason}")
     gpu_workloads.pin_duty(session, 1.0)
-    x = torch.zeros(16, device="cuda")
+    step = gpu_workloads.launch_step()
     marker = torch.zeros(16, dtype=torch.int16, device="cuda")
     t_end = time.monotonic() + warm_s  # past the first period, which ran at the controller's start duty
     while time.monotonic() < t_end or not session.tracer.attached:
-        for _ in range(100):
-            x.add_(1.0)
-        torch.cuda.synchronize()
+        step()
         if time.monotonic() > t_end + 60:
             raise SystemExit(f"the collector is not attached {warm_s + 60:.0f} s after its start "
                              f"(errors {session.errors}, drain {session.tracer.drain.summary()})")

@@ -42,8 +42,10 @@ def smaps_census(path: str = "/proc/self/smaps") -> dict[str, dict[str, int]]:
     ``[heap]`` (the main ``malloc`` arena), ``[stack]`` and the like under theirs, and every anonymous
     mapping under ``[anon]``: other threads' ``malloc`` arenas, large ``malloc``s, thread stacks and
     other allocators' memory (pyarrow's, CUDA's) alike (one key, because the kernel merges and splits
-    anonymous mappings as they grow, so no finer key stays stable between two censuses). Two censuses
-    diffed (``smaps_growth``) say in which kind of region RSS grew."""
+    anonymous mappings as they grow, so no finer key stays stable between two censuses). An anonymous
+    mapping its owner named (``[anon:glibc: malloc arena]``, kernels since 5.17 with ``PR_SET_VMA``)
+    counts under that name, like ``[heap]``. Two censuses diffed (``smaps_growth``) say in which kind
+    of region RSS grew."""
     out: dict[str, dict[str, int]] = {}
     name = None
     with open(path) as fh:

@@ -38,6 +38,8 @@ S21 = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "sessio
 def test_the_h100_cycles_keep_the_same_gpu_memory_whatever_the_buffer_attributes_and_none_without_finalize():
     runs = [json.loads((S21 / f"cycles_{k}.json").read_text()) for k in range(1, 6)]
     finalize, no_finalize = runs[:4], runs[4]
+    assert [sorted(r["attrs"]) for r in finalize] == [[], [], ["ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED"],
+                                                       ["ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE"]]
     for r in finalize:  # our device buffers, CUPTI's defaults, pinned host memory, no pre-allocation
         assert r["attrs"] == r["attrs_read_back"]  # each attribute was in force
         assert cupti_diag.gpu_growth(r["rows"]) == {"gpu_growth_after_first_cycles_mib": 34.0, "cycles_with_gpu_growth": 16,

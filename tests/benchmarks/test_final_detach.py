@@ -45,18 +45,17 @@ S21 = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "sessio
 
 
 def test_the_h100_run_without_a_final_fence_lost_every_queued_record_and_counted_them():
-    obs = json.loads((S21 / "final_detach.json").read_text())
-    res = final_detach.summarize({k: v for k, v in obs.items() if k not in ("marker_traced", "marker_expected", "marker_missing", "valid_run")})
+    res = final_detach.summarize(json.loads((S21 / "final_detach.json").read_text()))  # recomputed from the observations
     assert res["valid_run"] is True and res["burst_launch_s"] < 0.1 * res["queue_s"]  # no launch blocked
     assert (res["marker_traced"], res["marker_missing"]) == (1000, 500)  # the pre launches only
     assert res["invalid_zero_timestamp"] == res["drain"]["lost"] == res["burst"] + 1  # the burst and the spin kernel
-    assert res["stop_s"] > res["queue_s"]  # the stop waited for the queue anyway (CUPTI's flush or finalize)
+    assert res["stop_s"] > res["queue_s"]  # the stop took longer than the queue all the same (which step waited: not timed)
 
 
 def test_the_h100_run_with_the_final_fence_kept_every_queued_record_at_no_cost_to_the_stop():
     unfenced = json.loads((S21 / "final_detach.json").read_text())
     fenced = json.loads((S21 / "final_fence.json").read_text())
-    res = final_detach.summarize({k: v for k, v in fenced.items() if k not in ("marker_traced", "marker_expected", "marker_missing", "valid_run")})
+    res = final_detach.summarize(fenced)
     assert res["valid_run"] is True and (res["marker_traced"], res["marker_missing"]) == (1500, 0)
     assert res["invalid_zero_timestamp"] == res["drain"]["lost"] == 0
     fence = res["drain"]["fence"]

@@ -92,6 +92,14 @@ def test_smaps_census_sums_resident_memory_by_region(tmp_path):
                    "[anon]": {"rss_kib": 304, "mappings": 2}, "my file (x).bin": {"rss_kib": 4, "mappings": 1}}
 
 
+def test_a_named_anonymous_mapping_counts_under_its_name(tmp_path):
+    path = tmp_path / "smaps"
+    path.write_text("7f3000000000-7f3004000000 rw-p 00000000 00:00 0       [anon:glibc: malloc arena]\nRss: 132 kB\n"
+                    "7f4000000000-7f4000001000 rw-p 00000000 00:00 0\nRss: 4 kB\n")
+    assert gpu_workloads.smaps_census(str(path)) == {"[anon:glibc: malloc arena]": {"rss_kib": 132, "mappings": 1},
+                                                     "[anon]": {"rss_kib": 4, "mappings": 1}}
+
+
 def test_smaps_growth_finds_touched_anonymous_memory():
     before = gpu_workloads.smaps_census()
     kept = bytearray(48 << 20)  # above glibc's largest mmap threshold (32 MiB): anonymous memory
