@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import gpu_workloads  # noqa: E402  (benchmarks/)
-from step_log import rss_measures, theil_sen_mib_per_min  # noqa: E402
+from step_log import TAIL_FROM_S, TAIL_TO_S, rss_measures, theil_sen_mib_per_min  # noqa: E402
 
 RECORDS = HERE.parent / "tests" / "data" / "cupti" / "records.jsonl.gz"
 
@@ -61,7 +61,7 @@ def summarize(rss: list[tuple[float, float]], seconds: float) -> dict:
     soaks) of an RSS series ``[(t s, MiB), ...]`` sampled while the session ran, and the Theil-Sen
     slope over its second half; None where the run is too short for one."""
     t, r = np.asarray(rss, dtype=float).T
-    early, late = rss_measures(t, r, 245, 905), rss_measures(t, r, 540, 905)
+    early, late = rss_measures(t, r, TAIL_FROM_S, TAIL_TO_S), rss_measures(t, r, 540, TAIL_TO_S)
     half = theil_sen_mib_per_min([p for p in rss if p[0] >= seconds / 2])
     return {"rss_start_mib": rss[0][1], "rss_end_mib": rss[-1][1],
             "rss_growth_after_2min_mib": early["growth_after_2min_mib"],

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import gpu_workloads  # benchmarks/, the script's folder
-from step_log import StepLog, growth_after_2min, read_steps
+from step_log import TAIL_FROM_S, StepLog, growth_after_2min, read_steps
 
 
 def make_step(workload: str):
@@ -85,7 +85,7 @@ def make_step(workload: str):
 
 #: When ``train`` takes its first census of resident memory by region (``gpu_workloads.smaps_census``;
 #: the last is at the end): the start of the soaks' slope span.
-SMAPS_FROM_S = 245.0
+SMAPS_FROM_S = TAIL_FROM_S
 
 
 def train(workload: str, seconds: float, window_s: int, out: str) -> dict:

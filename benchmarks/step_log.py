@@ -72,6 +72,11 @@ def growth_after_2min(rss) -> tuple[float, float] | None:
     return (after[-1] - after[0], max(after) - after[0]) if after else None
 
 
+#: The soaks' RSS tail span (s): from past the first detach/attach cycles after the 2-minute mark to
+#: the end of a 15-minute soak. ``soak.py train`` takes its first memory census at its start.
+TAIL_FROM_S, TAIL_TO_S = 245.0, 905.0
+
+
 def theil_sen_mib_per_min(points) -> float:
     """Theil-Sen slope (median of pairwise slopes) of ``[(t s, MiB), ...]`` in MiB a minute; NaN
     without two distinct times. A one-off step (the first shard write importing pyarrow: +41-46 MiB
@@ -115,7 +120,7 @@ def steps_at(train: dict, t: np.ndarray) -> np.ndarray:
     return np.interp(t, edges_t, edges_n)
 
 
-def rss_measures(t: np.ndarray, rss_mib: np.ndarray, lo_s: float = 245.0, hi_s: float = 905.0) -> dict:
+def rss_measures(t: np.ndarray, rss_mib: np.ndarray, lo_s: float = TAIL_FROM_S, hi_s: float = TAIL_TO_S) -> dict:
     """The soaks' memory measures of one RSS series: growth after the first 2 minutes (None without
     samples there) and the least-squares slope between ``lo_s`` and ``hi_s`` in MiB a minute (None
     with fewer than 3 samples there)."""
@@ -126,7 +131,7 @@ def rss_measures(t: np.ndarray, rss_mib: np.ndarray, lo_s: float = 245.0, hi_s: 
             "slope_mib_per_min": None if np.isnan(slope) else slope}
 
 
-def rss_without_step_log(train: dict, lo_s: float = 245.0, hi_s: float = 905.0) -> dict:
+def rss_without_step_log(train: dict, lo_s: float = TAIL_FROM_S, hi_s: float = TAIL_TO_S) -> dict:
     """RSS growth after the first 2 minutes, the least-squares slope between ``lo_s`` and
     ``hi_s``, as recorded and with the old in-memory step log subtracted, and the largest step after
     the first 2 minutes."""
