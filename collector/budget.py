@@ -16,7 +16,8 @@ class BufferBudget:
     milliseconds), and CUPTI's device-side buffers of ``total/8`` with a pool limit of 4
     (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_DEVICE_BUFFER_POOL_LIMIT``). Records that do not
     fit are dropped by CUPTI and counted (``health.dropped_records``), never buffered without bound.
-    ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) makes the host buffers smaller: the binding turns a whole buffer into Python objects in one callback, so a smaller buffer lowers that
+    ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) makes the host buffers smaller:
+    the binding turns a whole buffer into Python objects in one callback, so a smaller buffer lowers that
     peak (an experiment of issue 10, docs/collector.md; the default is unchanged).
     """
 

@@ -42,9 +42,9 @@ same; docs/benchmarks.md §21). From ``atexit`` the context is normally still th
 runs before it, and one that resets the device (``cudaDeviceReset``) leaves no active context (``idle``)
 unless it runs while the fence polls (``collector.cuda_fence`` has that hazard). The last detach
 left to the collector's thread (``stop()`` gave up waiting for it in a CUPTI call, so the program
-may be tearing down by the time it returns) does not fence: the session asks for none. A kernel that never ends on the legacy
-stream or a blocking stream would hold every fence to ``max_s``: after ``FENCE_TIMEOUTS_TO_DROP``
-fences in a row ran to the bound (the fence's ``timed_out``: events still pending; a skip neither
+may be tearing down by the time it returns) does not fence: the session asks for none. A kernel
+that never ends on the legacy stream or a blocking stream would hold every fence to ``max_s``: after
+``FENCE_TIMEOUTS_TO_DROP`` fences in a row ran to the bound (the fence's ``timed_out``: events still pending; a skip neither
 counts nor breaks the row) the fence is dropped like a failed one (a long queue under sharing
 ends some fences at the bound, not five in a row: 3 of 45 in §16). ``CUDAWATCH_DETACH_DRAIN=adaptive``
 turns the fence off.
@@ -121,7 +121,7 @@ class DetachDrain:
         self._fence_seen = self.fence  # kept for the summary after a failed fence is dropped
         self._timeouts_in_row = 0  # fences in a row that ran to the bound
         self.fence_set = 0  # detaches whose fence outlasted the adaptive floor (the fence set the wait)
-        self.final = 0  # fence attempts of the program's last detach (bound FINAL_MAX_S), whatever their outcome
+        self.final_fenced = 0  # fence attempts of the program's last detach (bound FINAL_MAX_S), whatever their outcome
         self.unfenced = 0  # detaches without a fence after it failed (the failing one too)
         self.unwaited = 0  # detaches without a completed wait: a failure before it, an interrupted fence
         self.failed = 0  # detaches that did not complete (disable to finalize): counted, never fed to the rules
@@ -138,14 +138,14 @@ class DetachDrain:
         the last one left to the collector's thread after ``stop()`` gave up on it) counts as
         ``unfenced``. ``final_fenced`` counts the last detach's fence attempts (bound ``FINAL_MAX_S``),
         whatever their outcome (JSON written before 2026-12-07 has ``final`` instead: last detaches that
-        did not fence); ``set_wait`` counts the fence's waits that outlasted the adaptive floor; ``failed``, the detaches that did
-        not complete through their forced flush and finalize (also counted above)."""
+        did not fence); ``set_wait`` counts the fence's waits that outlasted the adaptive floor;
+        ``failed``, the detaches that did not complete through their forced flush and finalize (also counted above)."""
         return {"detaches": self.detaches, "lossy": self.lossy, "lost": self.lost, "waited_s": self.waited_s,
                 "next_wait_s": self.current_s, "last_waited_s": self._last_waited_s,
                 "lost_per_detach": self.lost / max(self.detaches, 1),
                 "fence": None if self._fence_seen is None else {
                     **{k: getattr(self._fence_seen, k, 0) for k in ("waits", "timeouts", "skipped", "idle")},
-                    "final_fenced": self.final, "unfenced": self.unfenced, "set_wait": self.fence_set},
+                    "final_fenced": self.final_fenced, "unfenced": self.unfenced, "set_wait": self.fence_set},
                 "unwaited": self.unwaited, "failed": self.failed,
                 "fence_error": self.fence_error}
 
@@ -163,7 +163,7 @@ class DetachDrain:
             self.unfenced += self._fence_seen is not None
         else:
             bound = FINAL_MAX_S if final else self.max_s
-            self.final += final
+            self.final_fenced += final
             t0 = time.perf_counter()
             try:
                 got = self.fence.wait(bound)  # None: skipped for a graph capture
