@@ -5,6 +5,7 @@ state is per process); ``all`` runs them in sequence and writes one JSON.
   python benchmarks/cupti_diag.py all --json diag.json [--records rec.jsonl.gz] [--seconds 40]
   python benchmarks/cupti_diag.py zerots --config ours_forced --seconds 40
   python benchmarks/cupti_diag.py cycles --variant finalize_ours --cycles 15 [--attr ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED=1]
+      [--kinds CONCURRENT_KERNEL,MEMCPY | --kinds none]
   python benchmarks/cupti_diag.py launch
 
 zerots: the CNN training loop of ``benchmarks/memory.py`` traced all the time (no cycling) while a
@@ -15,7 +16,8 @@ cycles: the same loop with N attach / 0.3 s traced / pause cycles; per cycle RSS
   host buffers requested vs completed and the cycle's time, for several pausing mechanisms, and the
   GPU memory the cycles after the first two kept (``--attr`` sets further activity attributes at
   every attach: which of CUPTI's allocations a finalize does not give back; ``finalize_idle``
-  attaches with every kind enabled but launches nothing while attached: is it per attach or per record).
+  attaches with every kind enabled but launches nothing while attached: is it per attach or per record;
+  ``--kinds`` enables only those activity kinds, ``none`` none at all: which kind's set-up a finalize keeps).
 launch: launch-bound loop (100 x ``x.add_(1)`` then sync) rate untraced, traced with the real
   callback, with a callback that only counts, with one that only iterates the records, with
   records left inside CUPTI (no delivery during the measurement), after disable, after finalize.
@@ -96,9 +98,28 @@ def _dropped(cupti) -> int | str:
     return int(v.value)
 
 
-def _kinds(cupti):
+DEFAULT_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "OVERHEAD")
+
+
+def parse_kinds(text: str | None) -> tuple[str, ...]:
+    """``--kinds``: a comma list of ``cupti.ActivityKind`` names, ``none`` for no kind at all, or
+    None for the four kinds the collector enables."""
+    if text is None:
+        return DEFAULT_KINDS
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(n.strip().upper() for n in text.split(",") if n.strip())
+    if not names:
+        raise ValueError(f"--kinds wants kind names or 'none', got {text!r}")
+    return names
+
+
+def _kinds(cupti, names: tuple[str, ...] = DEFAULT_KINDS):
     AK = cupti.ActivityKind
-    return [AK.CONCURRENT_KERNEL, AK.MEMCPY, AK.MEMSET, AK.OVERHEAD]
+    unknown = [n for n in names if not hasattr(AK, n)]
+    if unknown:
+        raise SystemExit(f"--kinds: cupti.ActivityKind has no {', '.join(unknown)}")
+    return [getattr(AK, n) for n in names]
 
 
 class Counter:
@@ -217,8 +238,9 @@ def zerots(config: str, seconds: float, keep_path: str | None) -> dict:
             "steps": steps[0], "final": dict(cnt.c), "first_invalid_at_s": onset, "series": series}
 
 
-def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
-    """``attrs`` (``--attr``): further activity attributes set at every attach, after the variant's own."""
+def cycles(variant: str, n: int, attrs: dict[str, int] | None = None, kind_names: tuple[str, ...] = DEFAULT_KINDS) -> dict:
+    """``attrs`` (``--attr``): further activity attributes set at every attach, after the variant's own;
+    ``kind_names`` (``--kinds``): the activity kinds enabled at every attach."""
     from cupti import cupti
 
     A = cupti.ActivityAttribute
@@ -229,7 +251,7 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
     read_back: dict = {}
     host = 1 << 20 if variant == "finalize_host1" else 8 << 20
     cnt = Counter(cupti)
-    kinds = _kinds(cupti)
+    kinds = _kinds(cupti, kind_names)  # before the GPU warm-up too
     import torch
 
     def set_dev():
@@ -300,7 +322,7 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None) -> dict:
     r_before = gpu_workloads.rss_mib()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     per = [r["rss_delta_mib"] for r in rows[2:]]
-    return {"variant": variant, "attrs": attrs, "attrs_read_back": read_back,
+    return {"variant": variant, "attrs": attrs, "attrs_read_back": read_back, "kinds": list(kind_names),
             "host_buffer": host, "cycles": n, "rows": rows, **gpu_growth(rows),
             "rss_per_cycle_mib_median": sorted(per)[len(per) // 2] if per else None,
             "rss_released_by_malloc_trim_mib": round(r_before - gpu_workloads.rss_mib(), 1),
@@ -404,6 +426,8 @@ def main() -> None:
     c.add_argument("--cycles", type=int, default=15)
     c.add_argument("--attr", action="append", default=[], metavar="ATTR_NAME=VALUE",
                    help="a further cupti.ActivityAttribute set at every attach (repeatable)")
+    c.add_argument("--kinds", help="comma list of cupti.ActivityKind names enabled at every attach, or 'none' "
+                                   f"(default: {','.join(DEFAULT_KINDS)})")
     sub.add_parser("launch")
     a_ = sub.add_parser("all")
     a_.add_argument("--json", required=True)
@@ -414,7 +438,7 @@ def main() -> None:
     if a.cmd == "zerots":
         print(json.dumps(zerots(a.config, a.seconds, a.records)))
     elif a.cmd == "cycles":
-        print(json.dumps(cycles(a.variant, a.cycles, parse_attrs(a.attr))))
+        print(json.dumps(cycles(a.variant, a.cycles, parse_attrs(a.attr), parse_kinds(a.kinds))))
     elif a.cmd == "launch":
         print(json.dumps(launch()))
     else:

@@ -1,7 +1,9 @@
 """benchmarks/cupti_diag.py's CPU side: the --attr settings and the GPU memory a run of cycles kept."""
 
+import ctypes
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,9 +26,6 @@ def test_gpu_growth_skips_the_first_cycles_one_off_allocations():
 
 
 def test_flag_attributes_are_set_and_read_as_one_byte_the_others_as_size_t():
-    import ctypes
-    from types import SimpleNamespace
-
     assert cupti_diag._attr_ctype(SimpleNamespace(name="ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED")) is ctypes.c_uint8
     assert cupti_diag._attr_ctype(SimpleNamespace(name="ATTR_DEVICE_BUFFER_SIZE")) is ctypes.c_size_t
 
@@ -57,3 +56,18 @@ def test_the_h100_cycles_keep_gpu_memory_without_records_and_do_not_level_off_in
     assert g["gpu_growth_after_first_cycles_mib"] == 230.0 and g["gpu_mib_per_cycle"] == pytest.approx(0.578, abs=1e-3)
     per_50 = [sum(r["gpu_delta_mib"] for r in long["rows"][i:i + 50]) for i in range(0, 400, 50)]
     assert min(per_50[4:]) >= min(per_50[:4]) > 20  # the last 200 cycles kept as much as the first 200
+
+
+def test_kinds_parse_to_the_collectors_four_by_default_none_or_a_list():
+    assert cupti_diag.parse_kinds(None) == cupti_diag.DEFAULT_KINDS == ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "OVERHEAD")
+    assert cupti_diag.parse_kinds("none") == ()
+    assert cupti_diag.parse_kinds(" concurrent_kernel, memcpy ") == ("CONCURRENT_KERNEL", "MEMCPY")
+    with pytest.raises(ValueError, match="--kinds wants"):
+        cupti_diag.parse_kinds(" , ")
+
+
+def test_an_unknown_kind_stops_the_run_naming_it():
+    stand_in = SimpleNamespace(ActivityKind=SimpleNamespace(MEMCPY=1))
+    assert cupti_diag._kinds(stand_in, ("MEMCPY",)) == [1]
+    with pytest.raises(SystemExit, match="no MEMCPYY"):
+        cupti_diag._kinds(stand_in, ("MEMCPY", "MEMCPYY"))
