@@ -122,7 +122,9 @@ class Session:
             self._error(time.time(), f"recovering old spools under {self.out}", exc)
         self.spool = Spool(self.out, self.meta, self.window_s)
         self.active = True
-        self._hook_torch_profiler()
+        from collector.coop import hook_torch_profiler
+
+        hook_torch_profiler(self, warn_once)  # stops this session before torch.profiler takes CUPTI
         atexit.register(self.stop)
         if threading.current_thread() is threading.main_thread():
             self._prev_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -330,11 +332,6 @@ class Session:
         else:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
-
-    def _hook_torch_profiler(self) -> None:
-        from collector.coop import hook_torch_profiler
-
-        hook_torch_profiler(self, warn_once)
 
 
 def start(job: str | None = None, out: str | os.PathLike | None = None, **options) -> Session:
