@@ -127,6 +127,14 @@ def check_config() -> list[Check]:
         out.append(Check("CUPTI host buffers", "ok", f"{host >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"))
     except ConfigError as exc:
         out.append(Check("CUPTI host buffers", "fail", str(exc)))
+    from cudawatch.config import CollectorTiming
+
+    try:
+        t = CollectorTiming.from_env()
+        out.append(Check("windows", "ok", f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s "
+                                          "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)"))
+    except ConfigError as exc:
+        out.append(Check("windows", "fail", str(exc)))
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")
     writable = os.access(probe if probe.exists() else ".", os.W_OK)

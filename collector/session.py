@@ -42,9 +42,9 @@ class Session:
     Args:
         job: job label (see ``job_name``).
         out: shard root (defaults to ``CUDAWATCH_SHARDS`` or ``./shards``).
-        window_s: window length (default 60 s; ``CUDAWATCH_WINDOW_S``).
+        window_s: window length (default 60 s, or the period if longer; ``CUDAWATCH_WINDOW_S``).
         period_s: shortest duty-cycle control period (default 1 s; stretched to amortize
-            detach/attach cost, collector.control).
+            detach/attach cost, collector.control, at most to the window: cudawatch.config.CollectorTiming).
         budget_pct: overhead budget (default ``cudawatch.config.max_overhead_pct()``).
         buffer_mib: total CUPTI buffer memory (default 32).
         adaptive: duty-cycle under the budget (False: trace all the time).
@@ -56,12 +56,15 @@ class Session:
     def __init__(self, job: str | None = None, out: str | os.PathLike | None = None, *, window_s: int | None = None,
                  period_s: float = 1.0, budget_pct: float | None = None, buffer_mib: int = 32, adaptive: bool = True,
                  off_mode: str | None = None, dump_path: str | None = None) -> None:
-        from cudawatch.config import max_overhead_pct
+        from cudawatch.config import CollectorTiming, ConfigError, max_overhead_pct
 
         self.job = job_name(job)
         self.out = Path(out or os.environ.get("CUDAWATCH_SHARDS") or "shards")
-        self.window_s = int(window_s or os.environ.get("CUDAWATCH_WINDOW_S") or 60)
-        self.period_s = float(os.environ.get("CUDAWATCH_PERIOD_S") or period_s)
+        try:  # a bad window or period turns the collector off at start(), never the program
+            timing, self._setting_error = CollectorTiming.from_env(window_s, period_s), None
+        except ConfigError as exc:
+            timing, self._setting_error = CollectorTiming(60, 1.0, 30.0), str(exc)
+        self.window_s, self.period_s = timing.window_s, timing.min_period_s
         self.budget_pct = budget_pct if budget_pct is not None else max_overhead_pct()
         self.buffer_mib = buffer_mib
         self.adaptive = adaptive and os.environ.get("CUDAWATCH_ADAPTIVE", "1") != "0"
@@ -72,8 +75,7 @@ class Session:
         self.active = False
         self.reason: str | None = None
         self.stopped = False
-        self.controller = DutyController(self.budget_pct, min_period_s=self.period_s,
-                                         max_period_s=max(30.0, self.period_s))
+        self.controller = DutyController(self.budget_pct, min_period_s=self.period_s, max_period_s=timing.max_period_s)
         self._stop_evt = threading.Event()
         self._detach_left = False  # stop() ran: the thread detaches at its end if still attached (stop() found it in CUPTI)
         self._thread: threading.Thread | None = None
@@ -88,7 +90,7 @@ class Session:
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> "Session":
         replay = os.environ.get("CUDAWATCH_REPLAY")
-        reason = None if replay else preflight()
+        reason = self._setting_error or (None if replay else preflight())
         if reason:
             self.reason = reason
             warn_once(f"collector off: {reason}")

@@ -173,6 +173,54 @@ def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = No
     return kib << 10
 
 
+#: The collector's longest control period unless ``CUDAWATCH_PERIOD_S`` asks for more (collector.control).
+DEFAULT_MAX_PERIOD_S = 30.0
+
+
+@dataclass(frozen=True)
+class CollectorTiming:
+    """Window length and control-period bounds of one collector (``CUDAWATCH_WINDOW_S``,
+    ``CUDAWATCH_PERIOD_S``).
+
+    Every window must contain tracing: the analytics scale a window's launches and time by
+    1/``sampling_duty``, and a window without an on-phase has no rows to scale, so it would read as
+    "no kernels" and its hour low. So the longest period is at most the window. A period asked for
+    above the default 60-s window lengthens the window instead (to the next divisor of an hour);
+    a window set explicitly below the period is an error. Windows divide the hour, so hourly
+    roll-ups of epoch-aligned windows never split one.
+    """
+
+    window_s: int
+    min_period_s: float
+    max_period_s: float
+
+    @classmethod
+    def from_env(cls, window_s: int | None = None, period_s: float = 1.0, environ: dict | None = None) -> "CollectorTiming":
+        period = _float("CUDAWATCH_PERIOD_S", period_s, environ)
+        if not 0 < period <= 3600:
+            raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} must be in (0, 3600] seconds")
+        raw = _env("CUDAWATCH_WINDOW_S", None, environ)
+        explicit = window_s is not None or raw is not None
+        if window_s is None and raw is not None:
+            try:
+                window_s = int(raw)
+            except ValueError as exc:
+                raise ConfigError(f"CUDAWATCH_WINDOW_S={raw!r} is not a whole number of seconds") from exc
+        if window_s is None:
+            window_s = next(w for w in HOUR_DIVISORS if w >= max(60.0, period))
+        if window_s not in HOUR_DIVISORS:
+            raise ConfigError(f"CUDAWATCH_WINDOW_S={window_s} must divide 3600 (1, 2, ..., 60, ..., 3600) "
+                              "so that no window spans two hours")
+        if explicit and period > window_s:
+            raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} is longer than the window (CUDAWATCH_WINDOW_S={window_s}): "
+                              "windows without tracing would read as no kernels; lengthen the window or shorten the period")
+        return cls(window_s, period, min(max(DEFAULT_MAX_PERIOD_S, period), float(window_s)))
+
+
+#: Window lengths that divide the hour, ascending.
+HOUR_DIVISORS = tuple(w for w in range(1, 3601) if 3600 % w == 0)
+
+
 def max_overhead_pct(environ: dict | None = None) -> float:
     """The collector's overhead budget in percent (``CUDAWATCH_MAX_OVERHEAD_PCT``, default 2)."""
     value = _float("CUDAWATCH_MAX_OVERHEAD_PCT", 2.0, environ)

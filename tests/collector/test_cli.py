@@ -68,6 +68,18 @@ def test_doctor_reports_the_host_buffer_size_and_fails_a_bad_one(monkeypatch):
     assert bad[0].status == "fail" and "64 KiB" in bad[0].detail
 
 
+def test_doctor_reports_the_windows_and_fails_a_period_longer_than_the_window(monkeypatch):
+    from collector.doctor import check_config
+
+    monkeypatch.setenv("CUDAWATCH_PERIOD_S", "120")
+    monkeypatch.delenv("CUDAWATCH_WINDOW_S", raising=False)
+    ok = [c for c in check_config() if c.name == "windows"]
+    assert ok[0].status == "ok" and ok[0].detail.startswith("120 s windows, control period 120-120 s")
+    monkeypatch.setenv("CUDAWATCH_WINDOW_S", "60")
+    bad = [c for c in check_config() if c.name == "windows"]
+    assert bad[0].status == "fail" and "longer than the window" in bad[0].detail
+
+
 def test_doctor_reports_the_detach_drain_and_whether_the_fence_can_run(monkeypatch):
     from collector.cuda_fence import SYMBOLS
     from collector.doctor import check_detach_drain

@@ -92,6 +92,34 @@ def test_period_stretches_to_amortize_attach_cost():
     assert ctl.period_s() == ctl.max_period_s
 
 
+def test_windows_follow_a_long_period_and_the_period_never_outgrows_the_window():
+    """Every window must see tracing (its launches are scaled by 1/sampling_duty; a window without an
+    on-phase would read as no kernels): the longest period is at most the window."""
+    from cudawatch.config import CollectorTiming, ConfigError
+
+    def timing(**env):
+        return CollectorTiming.from_env(environ={k: str(v) for k, v in env.items()})
+
+    assert timing() == CollectorTiming(60, 1.0, 30.0)  # the defaults: two on-phases a window at the longest period
+    assert timing(CUDAWATCH_PERIOD_S=120) == CollectorTiming(120, 120.0, 120.0)  # the window follows the period
+    assert timing(CUDAWATCH_PERIOD_S=110) == CollectorTiming(120, 110.0, 110.0)  # to the next divisor of the hour
+    assert timing(CUDAWATCH_PERIOD_S=300, CUDAWATCH_WINDOW_S=600) == CollectorTiming(600, 300.0, 300.0)
+    assert timing(CUDAWATCH_WINDOW_S=10) == CollectorTiming(10, 1.0, 10.0)  # a short window caps the stretch
+    assert CollectorTiming.from_env(1, 0.5, environ={}) == CollectorTiming(1, 0.5, 1.0)
+    assert CollectorTiming.from_env(None, 2.0, environ={"CUDAWATCH_PERIOD_S": "0.5"}).min_period_s == 0.5  # the env wins
+    for env, words in (({"CUDAWATCH_PERIOD_S": 120, "CUDAWATCH_WINDOW_S": 60}, "CUDAWATCH_PERIOD_S=120 is longer than the window"),
+                       ({"CUDAWATCH_WINDOW_S": 7}, "CUDAWATCH_WINDOW_S=7 must divide 3600"),
+                       ({"CUDAWATCH_WINDOW_S": "1m"}, "CUDAWATCH_WINDOW_S='1m' is not a whole number"),
+                       ({"CUDAWATCH_PERIOD_S": 0}, "CUDAWATCH_PERIOD_S=0 must be in"),
+                       ({"CUDAWATCH_PERIOD_S": "soon"}, "CUDAWATCH_PERIOD_S='soon' is not a number")):
+        with pytest.raises(ConfigError, match=words):
+            timing(**env)
+    t = timing(CUDAWATCH_WINDOW_S=10)
+    ctl = DutyController(2.0, min_period_s=t.min_period_s, max_period_s=t.max_period_s)
+    ctl.note_cycle(1.0)  # a cycle cost that would stretch the period to its default 30 s
+    assert ctl.period_s() == 10.0
+
+
 def test_cycle_cost_never_counts_below_the_floor():
     """The collector thread measured 16 ms for a cycle that cost the program ~160 ms (H200, mixed)."""
     ctl = DutyController(2.0)

@@ -408,6 +408,19 @@ def test_an_interrupt_in_the_last_detach_still_writes_the_windows_then_propagate
     assert health and any("final flush/detach: KeyboardInterrupt" in (r.get("last_error") or "") for r in health)
 
 
+def test_the_session_windows_follow_its_period_and_a_contradiction_turns_it_off(tmp_path, monkeypatch):
+    from collector.session import Session
+
+    monkeypatch.setenv("CUDAWATCH_REPLAY", str(RECORDS))
+    monkeypatch.setenv("CUDAWATCH_PERIOD_S", "120")
+    s = Session(job="long-period", out=tmp_path)
+    assert (s.window_s, s.period_s, s.controller.max_period_s) == (120, 120.0, 120.0)
+    monkeypatch.setenv("CUDAWATCH_WINDOW_S", "60")
+    s = Session(job="contradiction", out=tmp_path).start()
+    assert not s.active and "CUDAWATCH_PERIOD_S=120 is longer than the window (CUDAWATCH_WINDOW_S=60)" in s.reason
+    s.stop()
+
+
 def test_a_bad_host_buffer_size_turns_the_collector_off_not_the_program(tmp_path, monkeypatch):
     from collector.session import Session
 
