@@ -7,7 +7,7 @@
       # many detach/attach cycles (a ~1.2 s period, duty pinned) through the product path: RSS kept per cycle
 
 ``measure`` starts the collector in-process (default settings, 60 s windows unless
-CUDAWATCH_WINDOW_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
+CUDAWATCH_WINDOW_S or a longer CUDAWATCH_PERIOD_S says otherwise), trains for ``--seconds`` and samples the process RSS every 2 s.
 It reports the RSS slope (least squares over the run after the first 20 %, MiB per minute), the
 peak growth, the collector's open signatures, the traced fraction actually used (time-weighted
 ``sampling_duty`` of the health rows; the controller's duty at the end is reported separately),

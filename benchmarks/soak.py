@@ -88,6 +88,14 @@ def make_step(workload: str):
 SMAPS_FROM_S = TAIL_FROM_S
 
 
+def collector_window_s(environ: dict | None = None) -> int:
+    """The window length the collector beside this run uses (``CUDAWATCH_WINDOW_S``, or lengthened
+    by a ``CUDAWATCH_PERIOD_S`` above 60 s), so the step log's windows are the shards' windows."""
+    from cudawatch.config import CollectorTiming
+
+    return CollectorTiming.from_env(environ=environ).window_s
+
+
 def train(workload: str, seconds: float, window_s: int, out: str) -> dict:
     import torch
 
@@ -298,7 +306,7 @@ def main() -> None:
     t = sub.add_parser("train")
     t.add_argument("--workload", default="lm")
     t.add_argument("--seconds", type=float, default=900)
-    t.add_argument("--window-s", type=int, default=int(os.environ.get("CUDAWATCH_WINDOW_S") or 60))
+    t.add_argument("--window-s", type=int, default=None, help="step-log window (default: the collector's, from the environment)")
     t.add_argument("--json", required=True)
     c = sub.add_parser("count")
     c.add_argument("--workload", default="lm")
@@ -339,7 +347,7 @@ def main() -> None:
             Path(a.json).write_text(json.dumps(res, indent=1))
         print(json.dumps(res, indent=1))
     elif a.cmd == "train":
-        res = train(a.workload, a.seconds, a.window_s, a.json)
+        res = train(a.workload, a.seconds, a.window_s or collector_window_s(), a.json)
         print(json.dumps({k: v for k, v in res.items() if k not in ("steps_per_window", "rss")}))
     elif a.cmd == "count":
         print(json.dumps(count(a.workload, a.steps, a.json)))

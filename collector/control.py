@@ -20,7 +20,8 @@ Each pause/resume cycle costs ``cycle_s``: the detach + re-attach time the colle
 measures (16-77 ms on the H200), but at least ``CYCLE_FLOOR_S`` = 150 ms, what one cycle was seen to
 cost the program on the mixed workload with cuBLAS loaded; the period is stretched until cycling
 costs at most a quarter of the budget (30 s at the 2 % default). ``f_on`` (EWMA, weight 0.7 on the newest) and ``cycle_s`` (EWMA, 0.5) are
-smoothed; the period is at most 30 s (a 60 s window still sees two on-phases). An on-phase that
+smoothed; the period is at most 30 s, or a longer ``CUDAWATCH_PERIOD_S``, and never longer than
+the window (cudawatch.config.CollectorTiming: every window sees tracing). An on-phase that
 traced nothing (idle GPU) teaches nothing and leaves the duty as it is, so a program that starts
 its GPU work late still starts inside the budget. The duty is 1 (no cycling) when full tracing fits the budget, else
 ``(safety x budget - cycle_s / period) / f_on``. Before the first measurement the controller

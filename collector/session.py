@@ -213,6 +213,7 @@ class Session:
         next_rotate = 0.0
         ctl = self.controller
         while not self._stop_evt.is_set():
+            cycle_from = time.time()  # cycles start a period apart: attach time does not push on-phases out of windows
             period = ctl.period_s() if self.adaptive else self.period_s
             duty = ctl.duty if self.adaptive else 1.0
             on_s = duty * period
@@ -250,7 +251,7 @@ class Session:
             if now >= next_rotate:
                 self._close_windows(now)
                 next_rotate = now + min(self.window_s, 10)
-            rest = period - (time.time() - off_at) - on_s
+            rest = period - (time.time() - cycle_from)
             if paused and rest > 0 and self._stop_evt.wait(rest):
                 return
 

@@ -106,3 +106,9 @@ def test_gpu_memory_grows_per_finalize_cycle_and_not_with_one_attach():
     assert growth["none"] == growth["off-mode-disable"] == 0  # no cuptiFinalize cycles: flat
     assert growth["default"] == growth["arena-2"] == growth["mmap-1m"] == 12  # 20 cycles; malloc settings change nothing
     assert 0 < growth["period-s-120"] < growth["default"]  # 5 cycles
+
+
+def test_the_step_log_windows_are_the_collectors():
+    assert soak.collector_window_s({}) == 60
+    assert soak.collector_window_s({"CUDAWATCH_PERIOD_S": "120"}) == 120  # the collector lengthens its windows
+    assert soak.collector_window_s({"CUDAWATCH_WINDOW_S": "10"}) == 10

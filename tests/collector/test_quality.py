@@ -156,6 +156,39 @@ def test_pause_resume_cycles_keep_the_window_totals(tmp_path):
     assert 0 < min(r["sampling_duty"] for r in health if r["records_delivered"]) < 1
 
 
+def test_every_window_sees_tracing_when_the_period_equals_the_window(tmp_path):
+    """The analytics scale a window by 1/sampling_duty, so a window without an on-phase would read as
+    no kernels. With a 1-s period in 1-s windows and a re-attach that takes 0.3 s, cycles must still
+    start a period apart: had the attach time pushed each cycle later (as it did), about one window
+    in four would have had no tracing at all."""
+    code = textwrap.dedent(f"""
+        import time
+        from collector.session import Session
+        s = Session(job="grid", out={str(tmp_path)!r}, period_s=1.0)
+        s.controller.duty = 0.1
+        s.controller.update = lambda est: s.controller.duty   # hold the duty
+        s.start()
+        assert s.active, s.reason
+        assert (s.window_s, s.controller.max_period_s) == (1, 1.0)
+        attach = s.tracer.attach
+        def slow_attach():
+            time.sleep(0.3)
+            attach()
+        s.tracer.attach = slow_attach
+        time.sleep(9)
+        s.stop()
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env.update(PYTHONPATH=str(REPO), CUDAWATCH_REPLAY=str(RECORDS), CUDAWATCH_REPLAY_SPEED="8", CUDAWATCH_WINDOW_S="1")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
+    traced = sorted(int(r["window_start"].timestamp()) for r in health if r["sampling_duty"])
+    assert len(traced) >= 7
+    inner = range(traced[0], traced[-1] + 1)
+    assert [w for w in inner if w not in traced] == []
+
+
 def test_warehouse_loads_v2_health_next_to_v1_and_upgrades_an_old_table(tmp_path, zero_ts_rows):
     """v2 health rows (with an 'error' window) and a v1 health shard load into one warehouse whose
     health table predates v2 (its missing columns are added); data_quality is queryable in SQL."""
