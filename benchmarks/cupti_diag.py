@@ -17,10 +17,12 @@ cycles: the same loop with N attach / 0.3 s traced / pause cycles; per cycle RSS
   GPU memory the cycles after the first two kept (``--attr`` sets further activity attributes at
   every attach: which of CUPTI's allocations a finalize does not give back; ``finalize_idle``
   attaches with every kind enabled but launches nothing while attached: is it per attach or per record;
+  ``disable_context`` attaches once and pauses with ``activity_disable_context`` on the current context;
   ``--kinds`` enables only those activity kinds, ``none`` none at all: which kind's set-up a finalize keeps).
 launch: launch-bound loop (100 x ``x.add_(1)`` then sync) rate untraced, traced with the real
   callback, with a callback that only counts, with one that only iterates the records, with
-  records left inside CUPTI (no delivery during the measurement), after disable, after finalize.
+  records left inside CUPTI (no delivery during the measurement), after disable, after finalize,
+  and traced / paused with the kinds enabled and disabled per context (``activity_enable_context``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,16 @@ ZEROTS_CONFIGS = {
     "ours_unforced": (4 << 20, 4, False),
 }
 CYCLE_VARIANTS = ("finalize_ours", "finalize_host1", "finalize_default_dev", "disable_flush", "disable_first_finalize",
-                  "finalize_idle")
+                  "finalize_idle", "disable_context")
+
+
+def current_context() -> int:
+    """The calling thread's current CUcontext (after torch has initialized CUDA: the primary one)."""
+    ctx = ctypes.c_void_p()
+    rc = ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(ctx))
+    if rc != 0 or not ctx.value:
+        raise RuntimeError(f"cuCtxGetCurrent returned {rc}, context {ctx.value}")
+    return ctx.value
 
 
 #: activity attributes whose value is a uint8_t flag in cupti_activity.h (the others used here are size_t)
@@ -267,12 +278,16 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None, kind_names
         cupti.activity_register_callbacks(lambda: cnt.requested_cb(host), cnt.completed)
         set_dev()
         for k in kinds:
-            cupti.activity_enable(k)
+            if variant == "disable_context":
+                cupti.activity_enable_context(ctx, k)
+            else:
+                cupti.activity_enable(k)
 
     step = gpu_workloads.cnn_step()
     for _ in range(200):  # cuDNN/cuBLAS modules loaded before the first attach
         step()
     torch.cuda.synchronize()
+    ctx = current_context()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     rows = []
     attached = False
@@ -283,6 +298,9 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None, kind_names
         if variant == "disable_flush" and attached:
             for k in kinds:
                 cupti.activity_enable(k)
+        elif variant == "disable_context" and attached:
+            for k in kinds:
+                cupti.activity_enable_context(ctx, k)
         else:
             attach()
             attached = True
@@ -298,6 +316,10 @@ def cycles(variant: str, n: int, attrs: dict[str, int] | None = None, kind_names
         if variant == "disable_flush":
             for k in kinds:
                 cupti.activity_disable(k)
+            cupti.activity_flush_all(1)
+        elif variant == "disable_context":
+            for k in kinds:
+                cupti.activity_disable_context(ctx, k)
             cupti.activity_flush_all(1)
         elif variant == "disable_first_finalize":
             for k in kinds:
@@ -399,6 +421,22 @@ def launch() -> dict:
     rate(0.3)
     res["traced_kernels_only_count"] = rate()
     detach(only=[cupti.ActivityKind.CONCURRENT_KERNEL])
+    # 7. kinds enabled and disabled per context (one attach, no finalize): the launch path while paused
+    try:
+        ctx = current_context()
+        cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda acts: n.__setitem__(0, n[0] + len(acts)))
+        for k in kinds:
+            cupti.activity_enable_context(ctx, k)
+        rate(0.3)
+        res["traced_context_count"] = rate()
+        cupti.activity_flush_all(1)
+        for k in kinds:
+            cupti.activity_disable_context(ctx, k)
+        cupti.activity_flush_all(1)
+        res["after_disable_context"] = rate()
+        cupti.finalize()
+    except Exception as exc:  # reported, and the rest of the run still measured
+        res["context_error"] = f"{type(exc).__name__}: {exc}"
     res["untraced_end"] = rate()
     base = (res["untraced"] + res["untraced_end"]) / 2
     res["us_per_launch"] = {k: 1e6 / v for k, v in res.items() if isinstance(v, float) and k.startswith(("untraced", "traced", "after"))}
