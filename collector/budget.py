@@ -7,25 +7,32 @@ import ctypes
 from cudawatch.config import MIN_HOST_BUFFER_KIB, collector_host_buffer
 
 
+#: Default size of each host buffer handed to CUPTI (at most a quarter of the budget). 1 MiB since
+#: 2026-12-07: the binding turns a whole buffer into Python objects in one callback, and on an H100
+#: (docs/benchmarks.md §22) a CNN loop traced all the time grew its RSS +105 MiB with 8-MiB buffers
+#: against +24 with 1 MiB (+18 with 256 KiB), with no records dropped or invalid in any.
+DEFAULT_HOST_BUFFER = 1 << 20
+
+
 class BufferBudget:
     """Split of the activity-buffer memory budget (bytes).
 
-    ``total`` (default 32 MiB, the design's activity buffer manager) is divided as: host buffers of
-    ``total/4`` handed to CUPTI from the buffer-requested callback (CUPTI holds at most two at a time,
+    ``total`` (default 32 MiB, the design's activity buffer manager) bounds: host buffers of
+    ``DEFAULT_HOST_BUFFER`` (1 MiB; at most ``total/4``) handed to CUPTI from the buffer-requested callback (CUPTI holds at most two at a time,
     one filling and one being drained, because our completed callback folds a buffer in
     milliseconds), and CUPTI's device-side buffers of ``total/8`` with a pool limit of 4
     (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_DEVICE_BUFFER_POOL_LIMIT``). Records that do not
     fit are dropped by CUPTI and counted (``health.dropped_records``), never buffered without bound.
-    ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) makes the host buffers smaller:
-    the binding turns a whole buffer into Python objects in one callback, so a smaller buffer lowers that
-    peak (an experiment of issue 10, docs/collector.md; the default is unchanged).
+    ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) sets another host-buffer size:
+    the binding turns a whole buffer into Python objects in one callback, so the size sets that
+    peak (docs/collector.md).
     """
 
     def __init__(self, total_bytes: int = 32 << 20, host_buffer_bytes: int | None = None) -> None:
         if total_bytes < 1 << 20:
             raise ValueError(f"buffer budget {total_bytes} B is below the 1 MiB minimum")
         self.total = total_bytes
-        self.host_buffer = total_bytes // 4 if host_buffer_bytes is None else host_buffer_bytes
+        self.host_buffer = min(DEFAULT_HOST_BUFFER, total_bytes // 4) if host_buffer_bytes is None else host_buffer_bytes
         if not MIN_HOST_BUFFER_KIB << 10 <= self.host_buffer <= total_bytes // 4:
             raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER_KIB} KiB to {total_bytes >> 12} KiB "
                              f"(a quarter of the budget), got {self.host_buffer >> 10} KiB")
@@ -40,7 +47,7 @@ class BufferBudget:
 
     def bound(self) -> int:
         """Activity-buffer memory under this budget if CUPTI holds ``host_buffers_max`` host buffers at a time
-        (``total`` at the default host buffer size)."""
+        (at most ``total``)."""
         return self.host_buffer * self.host_buffers_max + self.device_buffer * self.device_pool_limit
 
 

@@ -159,7 +159,7 @@ MIN_HOST_BUFFER_KIB = 64
 
 def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = None) -> int | None:
     """The collector's CUPTI host buffer in bytes (``CUDAWATCH_HOST_BUFFER_KIB``), or None when unset
-    (the buffer budget's default, a quarter of ``total_bytes``); at most that quarter."""
+    (the buffer budget's default, collector.budget.DEFAULT_HOST_BUFFER); at most a quarter of ``total_bytes``."""
     raw = _env("CUDAWATCH_HOST_BUFFER_KIB", None, environ)
     if raw is None:
         return None

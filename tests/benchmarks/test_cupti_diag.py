@@ -71,3 +71,27 @@ def test_an_unknown_kind_stops_the_run_naming_it():
     assert cupti_diag._kinds(stand_in, ("MEMCPY",)) == [1]
     with pytest.raises(SystemExit, match="no MEMCPYY"):
         cupti_diag._kinds(stand_in, ("MEMCPY", "MEMCPYY"))
+
+
+# §22: the same 60 cycles with only some activity kinds enabled, and pausing per context (H100).
+S22 = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "session_20261207g_h100"
+
+
+def test_the_h100_finalize_keeps_the_same_gpu_memory_whatever_kinds_are_enabled_even_none():
+    ours = json.loads((S21 / "cycles_1.json").read_text())
+    records = {}
+    for name, kinds in (("none", []), ("CONCURRENT_KERNEL", ["CONCURRENT_KERNEL"]), ("MEMCPY_MEMSET", ["MEMCPY", "MEMSET"]),
+                        ("OVERHEAD", ["OVERHEAD"])):
+        r = json.loads((S22 / f"cycles_k_{name}.json").read_text())
+        assert r["kinds"] == kinds and r["variant"] == "finalize_ours"
+        assert [x["gpu_delta_mib"] for x in r["rows"][2:]] == [x["gpu_delta_mib"] for x in ours["rows"][2:]]
+        records[name] = r["final"]["records"]
+    assert records["none"] == 0 and records["OVERHEAD"] == 0 and records["CONCURRENT_KERNEL"] > 400_000
+
+
+def test_pausing_per_context_keeps_the_gpu_flat_but_not_the_launch_path():
+    ctx = json.loads((S22 / "cycles_ctx.json").read_text())
+    assert ctx["variant"] == "disable_context" and ctx["final"]["records"] == ctx["final"]["valid"] > 400_000
+    assert cupti_diag.gpu_growth(ctx["rows"])["gpu_growth_after_first_cycles_mib"] == 0.0
+    extra = json.loads((S22 / "launch_ctx.json").read_text())["extra_us_per_launch_vs_untraced"]
+    assert extra["after_disable_context"] > extra["after_disable"] > extra["after_finalize_2"]

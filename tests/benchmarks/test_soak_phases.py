@@ -112,3 +112,36 @@ def test_the_step_log_windows_are_the_collectors():
     assert soak.collector_window_s({}) == 60
     assert soak.collector_window_s({"CUDAWATCH_PERIOD_S": "120"}) == 120  # the collector lengthens its windows
     assert soak.collector_window_s({"CUDAWATCH_WINDOW_S": "10"}) == 10
+
+
+# §22: six LMs at once for 360 s on an H100: periods of 30, 120 and 300 s with 8-MiB, 1-MiB and 256-KiB host buffers.
+S22 = S20.parent / "session_20261207g_h100"
+
+
+def test_fewer_cycles_keep_less_gpu_memory_and_every_window_follows_the_period_and_is_traced():
+    from cudawatch.shards import list_shards, read_shard
+
+    gm = S22 / "gm"
+    runs = {"p30-8m": 60, "p30-1m": 60, "p120-8m": 120, "p120-1m": 120, "p120-256k": 120, "p300-1m": 300}
+    growth = {v: soak.gpu_memory(str(gm / "gpumem.csv"), json.loads((gm / f"lm_{v}.json").read_text())["pid"])["growth_mib"]
+              for v in runs}
+    assert growth["p30-8m"] == growth["p30-1m"] == 8 and max(growth[v] for v in ("p120-8m", "p120-1m", "p120-256k", "p300-1m")) <= 4
+    for v, window_s in runs.items():
+        health = [r for f in list_shards(gm / f"shards_{v}", "health") for r in read_shard(f).to_pylist()]
+        assert {r["window_s"] for r in health} == {window_s}  # the windows follow the period
+        assert all(r["sampling_duty"] > 0 for r in health)  # and every one of them was traced
+        assert sum(r["dropped_records"] for r in health) == 0
+        assert sum(r["records_valid"] for r in health) == sum(r["records_delivered"] for r in health) > 60_000
+
+
+def test_smaller_host_buffers_lower_the_rss_a_fully_traced_loop_and_a_large_on_phase_leave():
+    hb = {v: json.loads((S22 / f"hb_{v}.json").read_text()) for v in (8192, 1024, 256)}
+    assert all(r["dropped"] == 0 and r["invalid_zero_timestamp"] == 0 and r["records_delivered"] > 900_000 for r in hb.values())
+    g = {v: r["rss_growth_after_warmup_mib"] for v, r in hb.items()}
+    assert g[8192] > 4 * g[1024] > 4 * g[256] * 0.75 and round(g[8192]) == 105 and round(g[1024]) == 24
+    steps = {}
+    for v in ("p120-8m", "p120-1m", "p120-256k"):  # the same ~160 k-record on-phase at 345-355 s
+        rss = json.loads((S22 / "gm" / f"lm_{v}.json").read_text())["rss"]
+        at = {round(t): m for t, m in rss}
+        steps[v] = at[355] - at[340]
+    assert steps["p120-8m"] > steps["p120-1m"] > steps["p120-256k"] > 10

@@ -155,8 +155,10 @@ def test_bad_budget_is_rejected():
 
 def test_budget_split_is_bounded_by_the_total():
     b = BufferBudget()
-    assert b.total == 32 << 20 and b.bound() == b.total
-    assert (b.host_buffer, b.device_buffer, b.device_pool_limit) == (8 << 20, 4 << 20, 4)
+    assert b.total == 32 << 20 and b.bound() == 18 << 20 <= b.total  # 2 x 1 MiB host + 4 x 4 MiB device
+    assert (b.host_buffer, b.device_buffer, b.device_pool_limit) == (1 << 20, 4 << 20, 4)
+    assert BufferBudget(1 << 20).host_buffer == 256 << 10  # a quarter of a small budget
+    assert BufferBudget(host_buffer_bytes=8 << 20).bound() == b.total  # the largest host buffer fills the budget
     with pytest.raises(ValueError):
         BufferBudget(1000)
 
@@ -165,12 +167,12 @@ def test_host_buffers_can_be_smaller_and_a_bad_size_is_an_error(monkeypatch):
     """``CUDAWATCH_HOST_BUFFER_KIB`` as the session reads it (``collector_host_buffer``) sizes the budget."""
     from cudawatch.config import collector_host_buffer
 
-    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "1024")
+    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "8192")
     b = BufferBudget(host_buffer_bytes=collector_host_buffer())
-    assert BufferBudget.from_env().host_buffer == 1 << 20  # what the session and doctor build
-    assert b.host_buffer == 1 << 20 and b.device_buffer == 4 << 20 and b.bound() < b.total
+    assert BufferBudget.from_env().host_buffer == 8 << 20  # what the session and doctor build
+    assert b.host_buffer == 8 << 20 and b.device_buffer == 4 << 20 and b.bound() == b.total
     assert BufferBudget(host_buffer_bytes=256 << 10).host_buffer == 256 << 10  # the argument wins
-    assert BufferBudget().host_buffer == 8 << 20  # the budget alone reads no environment
+    assert BufferBudget().host_buffer == 1 << 20  # the budget alone reads no environment
     for bad in ("lots", "1.5", "16", str(16 << 10)):  # not a number, below 64 KiB, above a quarter of 32 MiB
         monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", bad)
         with pytest.raises(ValueError, match="CUDAWATCH_HOST_BUFFER_KIB|host buffer"):
@@ -179,7 +181,7 @@ def test_host_buffers_can_be_smaller_and_a_bad_size_is_an_error(monkeypatch):
         with pytest.raises(ValueError, match="host buffer"):
             BufferBudget(host_buffer_bytes=bad)
     monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "")
-    assert BufferBudget(host_buffer_bytes=collector_host_buffer()).host_buffer == 8 << 20
+    assert BufferBudget(host_buffer_bytes=collector_host_buffer()).host_buffer == 1 << 20
 
 
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
