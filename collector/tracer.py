@@ -106,6 +106,7 @@ class CuptiTracer:
         self.callback_s = 0.0
         self.buffers_requested = 0
         self.buffers_completed = 0
+        self.buffers_outstanding_max = 0  # most host buffers CUPTI held at once (BufferBudget assumes 2)
         self.attached = False
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
@@ -120,6 +121,7 @@ class CuptiTracer:
     # ---- CUPTI callbacks -----------------------------------------------------------------
     def _requested(self):
         self.buffers_requested += 1
+        self.buffers_outstanding_max = max(self.buffers_outstanding_max, self.buffers_requested - self.buffers_completed)
         return self.budget.host_buffer, 0
 
     def _completed(self, activities) -> None:

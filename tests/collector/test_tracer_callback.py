@@ -47,3 +47,15 @@ def test_a_buffer_in_chunks_aggregates_what_one_pass_does(tmp_path):
     assert overhead_ns == 6 * 50  # 6 of the 8 OVERHEAD records are of an in-path kind (0-2 in the stand-in)
     assert [w[-1] for w in windows if w[-1]] == [1]  # the untimed kernel, counted once, in the delivery window
     assert len(dumped) == kernels + copies
+
+
+def test_the_tracer_counts_the_most_host_buffers_cupti_held_at_once(tmp_path):
+    body = """
+t = CuptiTracer(Aggregator(window_s=60))
+sizes = [t._requested()[0] for _ in range(3)]  # CUPTI asked for three buffers before one came back
+t._completed([]); t._completed([])
+t._requested()  # one more while one is still out: two out, fewer than the three before
+print(json.dumps([sizes, t.buffers_outstanding_max, t.buffers_requested, t.buffers_completed]))
+"""
+    sizes, most, requested, completed = _run_stand_in(tmp_path, body)
+    assert sizes == [1 << 20] * 3 and (most, requested, completed) == (3, 4, 2)
