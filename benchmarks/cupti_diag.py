@@ -379,7 +379,7 @@ def launch() -> dict:
     res = {"untraced": rate()}
     # 1. the real tracer (tuple per record + aggregation)
     agg = Aggregator(60)
-    t = CuptiTracer(agg, BufferBudget())
+    t = CuptiTracer(agg, BufferBudget(host_buffer_bytes=8 << 20))  # the host-buffer size of the rows below
     t.attach()
     rate(0.3)
     cb0, k0 = t.callback_s, t.kernels

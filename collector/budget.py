@@ -8,19 +8,23 @@ from cudawatch.config import MIN_HOST_BUFFER_KIB, collector_host_buffer
 
 
 #: Default size of each host buffer handed to CUPTI (at most a quarter of the budget). 1 MiB since
-#: 2026-12-07: the binding turns a whole buffer into Python objects in one callback, and on an H100
-#: (docs/benchmarks.md §22) a CNN loop traced all the time grew its RSS +105 MiB with 8-MiB buffers
-#: against +24 with 1 MiB (+18 with 256 KiB), with no records dropped or invalid in any.
+#: 2026-12-07: the binding builds a whole buffer's record objects in one callback, and on an H100
+#: (docs/benchmarks.md §22; one 90-s run per size, three processes at once) a CNN loop traced all
+#: the time grew its RSS +105 MiB with 8-MiB buffers against +24 with 1 MiB (+18 with 256 KiB), no
+#: record dropped or invalid in any. At the default 30-s period an LM's RSS barely differed (+17.4
+#: against +18.8 MiB). Launch-bound overhead at 1 MiB (~6x as many callbacks) is not measured yet.
 DEFAULT_HOST_BUFFER = 1 << 20
 
 
 class BufferBudget:
     """Split of the activity-buffer memory budget (bytes).
 
-    ``total`` (default 32 MiB, the design's activity buffer manager) bounds: host buffers of
-    ``DEFAULT_HOST_BUFFER`` (1 MiB; at most ``total/4``) handed to CUPTI from the buffer-requested callback (CUPTI holds at most two at a time,
-    one filling and one being drained, because our completed callback folds a buffer in
-    milliseconds), and CUPTI's device-side buffers of ``total/8`` with a pool limit of 4
+    ``total`` (default 32 MiB, the design's activity buffer manager) bounds the buffers, not the
+    Python objects the binding makes of their records: host buffers of ``DEFAULT_HOST_BUFFER``
+    (1 MiB; at most ``total/4``) handed to CUPTI from the buffer-requested callback (assumed: CUPTI
+    holds at most two at a time, one filling and one being drained, because our completed callback
+    folds a buffer in milliseconds; ``CuptiTracer.buffers_outstanding_max`` measures it), and
+    CUPTI's device-side buffers of ``total/8`` with a pool limit of 4
     (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_DEVICE_BUFFER_POOL_LIMIT``). Records that do not
     fit are dropped by CUPTI and counted (``health.dropped_records``), never buffered without bound.
     ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) sets another host-buffer size:

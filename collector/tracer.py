@@ -51,7 +51,8 @@ _IN_PATH_OVERHEAD = frozenset(int(k) for k in (_OV.CUPTI_INSTRUMENTATION, _OV.CU
 #: per chunk). Reading a record's fields makes Python objects (its name string, its timestamps): ~480 B
 #: a kernel record, so the rows of a whole 8-MiB buffer (~35 k records; the host-buffer size until
 #: 2026-12-07) held 16 MiB at once, those of 4,096 hold 2 MiB (``benchmarks/callback_peak.py``, CPU,
-#: stand-in records).
+#: stand-in records). A default 1-MiB buffer holds ~4.9 k kernel records (up to ~13 k small copy
+#: records), so chunks matter mostly for larger ``CUDAWATCH_HOST_BUFFER_KIB``.
 CHUNK = 4096
 #: One C call reads every field a kernel row needs (11 separate attribute reads cost ~0.5 us more).
 _KERNEL_FIELDS = attrgetter("start", "end", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",

@@ -93,5 +93,7 @@ def test_pausing_per_context_keeps_the_gpu_flat_but_not_the_launch_path():
     ctx = json.loads((S22 / "cycles_ctx.json").read_text())
     assert ctx["variant"] == "disable_context" and ctx["final"]["records"] == ctx["final"]["valid"] > 400_000
     assert cupti_diag.gpu_growth(ctx["rows"])["gpu_growth_after_first_cycles_mib"] == 0.0
-    extra = json.loads((S22 / "launch_ctx.json").read_text())["extra_us_per_launch_vs_untraced"]
-    assert extra["after_disable_context"] > extra["after_disable"] > extra["after_finalize_2"]
+    us = json.loads((S22 / "launch_ctx.json").read_text())["us_per_launch"]
+    # the untraced rate drifted over the probe (7.5 -> 10.9 us a launch): each pause against the rate measured next to it
+    assert us["untraced_end"] - us["untraced"] > 3
+    assert us["after_disable_context"] - us["untraced_end"] > 1 and us["after_disable"] - us["after_finalize_2"] > 1

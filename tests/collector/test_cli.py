@@ -61,8 +61,11 @@ def test_doctor_flags_a_bad_budget():
 def test_doctor_reports_the_host_buffer_size_and_fails_a_bad_one(monkeypatch):
     from collector.doctor import check_config
 
-    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "1024")
-    assert ("CUPTI host buffers", "ok") in [(c.name, c.status) for c in check_config()]
+    monkeypatch.delenv("CUDAWATCH_HOST_BUFFER_KIB", raising=False)
+    assert [c.detail for c in check_config() if c.name == "CUPTI host buffers"][0].startswith("1024 KiB each")  # the default
+    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "256")
+    ok = [c for c in check_config() if c.name == "CUPTI host buffers"]
+    assert ok[0].status == "ok" and ok[0].detail.startswith("256 KiB each")
     monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "16")
     bad = [c for c in check_config() if c.name == "CUPTI host buffers"]
     assert bad[0].status == "fail" and "64 KiB" in bad[0].detail

@@ -163,7 +163,7 @@ def test_budget_split_is_bounded_by_the_total():
         BufferBudget(1000)
 
 
-def test_host_buffers_can_be_smaller_and_a_bad_size_is_an_error(monkeypatch):
+def test_the_host_buffer_size_can_be_set_and_a_bad_size_is_an_error(monkeypatch):
     """``CUDAWATCH_HOST_BUFFER_KIB`` as the session reads it (``collector_host_buffer``) sizes the budget."""
     from cudawatch.config import collector_host_buffer
 
