@@ -46,11 +46,12 @@ import gpu_workloads  # benchmarks/, the script's folder
 from step_log import least_squares_mib_per_min, theil_sen_mib_per_min
 
 
-def train(seconds: float, log_every: int = 0) -> int:
-    """Run the small real training loop (gpu_workloads.cnn_step) for ``seconds``; returns steps."""
+def train(seconds: float, log_every: int = 0, workload: str = "cnn") -> int:
+    """Run the small real training loop (gpu_workloads.cnn_step), or the launch-bound loop
+    (``workload="launch"``: gpu_workloads.launch_step), for ``seconds``; returns steps."""
     import torch
 
-    step = gpu_workloads.cnn_step(log_every)
+    step = gpu_workloads.launch_step() if workload == "launch" else gpu_workloads.cnn_step(log_every)
     steps, t_end = 0, time.perf_counter() + seconds
     while time.perf_counter() < t_end:
         step()
@@ -110,7 +111,7 @@ def census_growth(before: collections.Counter, after: collections.Counter, top: 
 
 
 def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | None = None,
-            census: bool = False) -> dict:
+            census: bool = False, workload: str = "cnn") -> dict:
     import sys
 
     root = Path(tempfile.mkdtemp(prefix="cw-mem-"))
@@ -150,12 +151,12 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
 
     th = threading.Thread(target=sampler, daemon=True)
     th.start()
-    steps = train(seconds)
+    steps = train(seconds, workload=workload)
     stop.set()
     th.join()
     if censuses:  # the second census before the collector stops (stopping frees its objects)
         result_census = census_growth(censuses[0], type_census())
-    result = {"collector": collect, "seconds": seconds, "steps": steps, "rss_start_mib": rss0,
+    result = {"collector": collect, "workload": workload, "seconds": seconds, "steps": steps, "rss_start_mib": rss0,
               "rss_end_mib": samples[-1][1] if samples else None, "rss_samples": samples}
     tail = [p for p in samples if p[0] >= 0.2 * seconds]
     result["rss_slope_mib_per_min"] = least_squares_mib_per_min(tail)
@@ -255,6 +256,7 @@ def main() -> None:
     m.add_argument("--duty", type=float, help="pin the traced fraction (benchmark only), so every period cycles")
     m.add_argument("--census", action="store_true", help="count tracked objects by type at 20 %% and at the end")
     m.add_argument("--json")
+    m.add_argument("--workload", choices=("cnn", "launch"), default="cnn", help="the CNN loop or the launch-bound loop")
     c = sub.add_parser("cycles")
     c.add_argument("--cycles", type=int, default=60)
     a = ap.parse_args()
@@ -264,7 +266,7 @@ def main() -> None:
     if a.cmd == "train":
         print(f"steps {train(a.seconds, log_every=200)}")
         return
-    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, duty=a.duty, census=a.census)
+    res = measure(a.seconds, not a.no_collector, trim=not a.no_trim, duty=a.duty, census=a.census, workload=a.workload)
     print(json.dumps({k: v for k, v in res.items() if k != "rss_samples"}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
