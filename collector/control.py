@@ -36,6 +36,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from cudawatch.config import DEFAULT_MAX_PERIOD_S
+
 #: Defaults measured on an H200 with cupti-python 13.4.0 / libcupti 13.4.92, torch 2.11
 #: (docs/collector.md, ``benchmarks/cupti_diag.py launch``): untraced 7.1 us per launch, traced with a
 #: counting callback 12.1 us, with our callback 14.4 us (1.44 us of callback per record).
@@ -79,7 +81,7 @@ class DutyController:
 
     def __init__(self, budget_pct: float = 2.0, *, kernel_cost_s: float | None = None, copy_cost_s: float | None = None,
                  min_duty: float | None = None, initial_duty: float | None = None, safety: float = 0.8,
-                 min_period_s: float = 1.0, max_period_s: float = 30.0, callback_factor: float = CALLBACK_FACTOR,
+                 min_period_s: float = 1.0, max_period_s: float = DEFAULT_MAX_PERIOD_S, callback_factor: float = CALLBACK_FACTOR,
                  cycle_floor_s: float = CYCLE_FLOOR_S) -> None:
         if not 0 < budget_pct <= 100:
             raise ValueError(f"budget_pct must be in (0, 100], got {budget_pct}")

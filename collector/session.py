@@ -63,7 +63,7 @@ class Session:
         try:  # a bad window or period turns the collector off at start(), never the program
             timing, self._setting_error = CollectorTiming.from_env(window_s, period_s), None
         except ConfigError as exc:
-            timing, self._setting_error = CollectorTiming(60, 1.0, 30.0), str(exc)
+            timing, self._setting_error = CollectorTiming.from_env(environ={}), str(exc)  # the defaults
         self.window_s, self.period_s = timing.window_s, timing.min_period_s
         self.budget_pct = budget_pct if budget_pct is not None else max_overhead_pct()
         self.buffer_mib = buffer_mib
