@@ -201,6 +201,7 @@ class CollectorTiming:
             raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} must be in (0, 3600] seconds")
         raw = _env("CUDAWATCH_WINDOW_S", None, environ)
         explicit = window_s is not None or raw is not None
+        name = "window_s" if window_s is not None else "CUDAWATCH_WINDOW_S"  # where the value came from
         if window_s is None and raw is not None:
             try:
                 window_s = int(raw)
@@ -209,10 +210,10 @@ class CollectorTiming:
         if window_s is None:
             window_s = next(w for w in HOUR_DIVISORS if w >= max(60.0, period))
         if window_s not in HOUR_DIVISORS:
-            raise ConfigError(f"CUDAWATCH_WINDOW_S={window_s} must divide 3600 (1, 2, ..., 60, ..., 3600) "
+            raise ConfigError(f"{name}={window_s} must divide 3600 (1, 2, ..., 60, ..., 3600) "
                               "so that no window spans two hours")
         if explicit and period > window_s:
-            raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} is longer than the window (CUDAWATCH_WINDOW_S={window_s}): "
+            raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} is longer than the window ({name}={window_s}): "
                               "windows without tracing would read as no kernels; lengthen the window or shorten the period")
         return cls(window_s, period, min(max(DEFAULT_MAX_PERIOD_S, period), float(window_s)))
 

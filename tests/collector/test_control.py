@@ -106,6 +106,8 @@ def test_windows_follow_a_long_period_and_the_period_never_outgrows_the_window()
     assert timing(CUDAWATCH_PERIOD_S=300, CUDAWATCH_WINDOW_S=600) == CollectorTiming(600, 300.0, 300.0)
     assert timing(CUDAWATCH_WINDOW_S=10) == CollectorTiming(10, 1.0, 10.0)  # a short window caps the stretch
     assert CollectorTiming.from_env(1, 0.5, environ={}) == CollectorTiming(1, 0.5, 1.0)
+    with pytest.raises(ConfigError, match=r"the window \(window_s=60\)"):  # the argument, named as such
+        CollectorTiming.from_env(60, 120.0, environ={})
     assert CollectorTiming.from_env(None, 2.0, environ={"CUDAWATCH_PERIOD_S": "0.5"}).min_period_s == 0.5  # the env wins
     for env, words in (({"CUDAWATCH_PERIOD_S": 120, "CUDAWATCH_WINDOW_S": 60}, "CUDAWATCH_PERIOD_S=120 is longer than the window"),
                        ({"CUDAWATCH_WINDOW_S": 7}, "CUDAWATCH_WINDOW_S=7 must divide 3600"),
