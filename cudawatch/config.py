@@ -175,6 +175,8 @@ def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = No
 
 #: The collector's longest control period unless ``CUDAWATCH_PERIOD_S`` asks for more (collector.control).
 DEFAULT_MAX_PERIOD_S = 30.0
+#: Window lengths that divide the hour, ascending.
+HOUR_DIVISORS = tuple(w for w in range(1, 3601) if 3600 % w == 0)
 
 
 @dataclass(frozen=True)
@@ -200,26 +202,21 @@ class CollectorTiming:
         if not 0 < period <= 3600:
             raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} must be in (0, 3600] seconds")
         raw = _env("CUDAWATCH_WINDOW_S", None, environ)
-        explicit = window_s is not None or raw is not None
         name = "window_s" if window_s is not None else "CUDAWATCH_WINDOW_S"  # where the value came from
         if window_s is None and raw is not None:
             try:
                 window_s = int(raw)
             except ValueError as exc:
                 raise ConfigError(f"CUDAWATCH_WINDOW_S={raw!r} is not a whole number of seconds") from exc
-        if window_s is None:
+        if window_s is None:  # the default, lengthened to the period: never shorter than it
             window_s = next(w for w in HOUR_DIVISORS if w >= max(60.0, period))
         if window_s not in HOUR_DIVISORS:
             raise ConfigError(f"{name}={window_s} must divide 3600 (1, 2, ..., 60, ..., 3600) "
                               "so that no window spans two hours")
-        if explicit and period > window_s:
+        if period > window_s:  # only a window that was set can be
             raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} is longer than the window ({name}={window_s}): "
                               "windows without tracing would read as no kernels; lengthen the window or shorten the period")
         return cls(window_s, period, min(max(DEFAULT_MAX_PERIOD_S, period), float(window_s)))
-
-
-#: Window lengths that divide the hour, ascending.
-HOUR_DIVISORS = tuple(w for w in range(1, 3601) if 3600 % w == 0)
 
 
 def max_overhead_pct(environ: dict | None = None) -> float:
