@@ -112,29 +112,29 @@ def check_detach_drain(lib=None) -> Check:
                                        "adaptive wait as its floor")
 
 
+def _setting(name: str, describe) -> Check:
+    """``ok`` with what ``describe()`` says of the settings it reads, or ``fail`` with its ``ConfigError``."""
+    from cudawatch.config import ConfigError
+
+    try:
+        return Check(name, "ok", describe())
+    except ConfigError as exc:
+        return Check(name, "fail", str(exc))
+
+
 def check_config() -> list[Check]:
-    from cudawatch.config import ConfigError, max_overhead_pct
-
-    out = []
-    try:
-        out.append(Check("overhead budget", "ok", f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"))
-    except ConfigError as exc:
-        out.append(Check("overhead budget", "fail", str(exc)))
     from collector.budget import BufferBudget
+    from cudawatch.config import CollectorTiming, max_overhead_pct
 
-    try:  # the session's default buffer budget
-        host = BufferBudget.from_env().host_buffer
-        out.append(Check("CUPTI host buffers", "ok", f"{host >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"))
-    except ConfigError as exc:
-        out.append(Check("CUPTI host buffers", "fail", str(exc)))
-    from cudawatch.config import CollectorTiming
-
-    try:
+    def windows() -> str:
         t = CollectorTiming.from_env()
-        out.append(Check("windows", "ok", f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s "
-                                          "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)"))
-    except ConfigError as exc:
-        out.append(Check("windows", "fail", str(exc)))
+        return (f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s "
+                "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)")
+
+    out = [_setting("overhead budget", lambda: f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"),
+           _setting("CUPTI host buffers",  # the session's default buffer budget
+                    lambda: f"{BufferBudget.from_env().host_buffer >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"),
+           _setting("windows", windows)]
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")
     writable = os.access(probe if probe.exists() else ".", os.W_OK)

@@ -58,29 +58,33 @@ def test_doctor_flags_a_bad_budget():
     assert p.returncode == 1 and "[fail] overhead budget" in p.stdout
 
 
-def test_doctor_reports_the_host_buffer_size_and_fails_a_bad_one(monkeypatch):
+def _config_check(name: str):
+    """The one check of ``check_config`` with that name."""
     from collector.doctor import check_config
 
+    (found,) = [c for c in check_config() if c.name == name]
+    return found
+
+
+def test_doctor_reports_the_host_buffer_size_and_fails_a_bad_one(monkeypatch):
     monkeypatch.delenv("CUDAWATCH_HOST_BUFFER_KIB", raising=False)
-    assert [c.detail for c in check_config() if c.name == "CUPTI host buffers"][0].startswith("1024 KiB each")  # the default
+    assert _config_check("CUPTI host buffers").detail.startswith("1024 KiB each")  # the default
     monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "256")
-    ok = [c for c in check_config() if c.name == "CUPTI host buffers"]
-    assert ok[0].status == "ok" and ok[0].detail.startswith("256 KiB each")
+    ok = _config_check("CUPTI host buffers")
+    assert ok.status == "ok" and ok.detail.startswith("256 KiB each")
     monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "16")
-    bad = [c for c in check_config() if c.name == "CUPTI host buffers"]
-    assert bad[0].status == "fail" and "64 KiB" in bad[0].detail
+    bad = _config_check("CUPTI host buffers")
+    assert bad.status == "fail" and "64 KiB" in bad.detail
 
 
 def test_doctor_reports_the_windows_and_fails_a_period_longer_than_the_window(monkeypatch):
-    from collector.doctor import check_config
-
     monkeypatch.setenv("CUDAWATCH_PERIOD_S", "120")
     monkeypatch.delenv("CUDAWATCH_WINDOW_S", raising=False)
-    ok = [c for c in check_config() if c.name == "windows"]
-    assert ok[0].status == "ok" and ok[0].detail.startswith("120 s windows, control period 120-120 s")
+    ok = _config_check("windows")
+    assert ok.status == "ok" and ok.detail.startswith("120 s windows, control period 120-120 s")
     monkeypatch.setenv("CUDAWATCH_WINDOW_S", "60")
-    bad = [c for c in check_config() if c.name == "windows"]
-    assert bad[0].status == "fail" and "longer than the window" in bad[0].detail
+    bad = _config_check("windows")
+    assert bad.status == "fail" and "longer than the window" in bad.detail
 
 
 def test_doctor_reports_the_detach_drain_and_whether_the_fence_can_run(monkeypatch):
