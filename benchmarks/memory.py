@@ -194,7 +194,7 @@ def measure(seconds: float, collect: bool, *, trim: bool = True, duty: float | N
         # buffers the binding allocated for CUPTI against those CUPTI handed back, after the exit detach
         # (a gap is memory never freed)
         result["buffers_requested_completed"] = [session.tracer.buffers_requested, session.tracer.buffers_completed]
-        result["buffers_outstanding_max"] = getattr(session.tracer, "buffers_outstanding_max", None)
+        result["buffers_outstanding_max"] = session.tracer.buffers_outstanding_max  # most host buffers CUPTI held at once
         result["records_delivered"] = session.agg.delivered_total
         result["invalid_zero_timestamp"] = session.agg.invalid_zero_ts
         result["drain"] = session.tracer.drain.summary()  # collector.drain; read after stop() like the counts above
