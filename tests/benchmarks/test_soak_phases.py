@@ -123,8 +123,8 @@ def test_fewer_cycles_keep_less_gpu_memory_and_every_window_follows_the_period_a
 
     gm = S22 / "gm"
     runs = {"p30-8m": 60, "p30-1m": 60, "p120-8m": 120, "p120-1m": 120, "p120-256k": 120, "p300-1m": 300}
-    growth = {v: soak.gpu_memory(str(gm / "gpumem.csv"), json.loads((gm / f"lm_{v}.json").read_text())["pid"])["growth_mib"]
-              for v in runs}
+    samples = soak.read_gpumem(str(gm / "gpumem.csv"))
+    growth = {v: soak.gpu_memory(samples, json.loads((gm / f"lm_{v}.json").read_text())["pid"])["growth_mib"] for v in runs}
     assert growth["p30-8m"] == growth["p30-1m"] == 8 and max(growth[v] for v in ("p120-8m", "p120-1m", "p120-256k", "p300-1m")) <= 4
     for v, window_s in runs.items():
         health = [r for f in list_shards(gm / f"shards_{v}", "health") for r in read_shard(f).to_pylist()]
