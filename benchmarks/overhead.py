@@ -162,8 +162,11 @@ def worker(mode: str, workloads: list[str], seconds, warmup_s) -> dict:
 
 
 def probe() -> dict:
-    """Launch rate in one process: untraced, traced, after activity_disable, after cuptiFinalize."""
+    """Launch rate in one process: untraced, traced, after activity_disable, after cuptiFinalize; host
+    buffers of the collector's default size (``collector.budget.DEFAULT_HOST_BUFFER``)."""
     from cupti import cupti
+
+    from collector.budget import DEFAULT_HOST_BUFFER
 
     launches = gpu_workloads.launch_step()
 
@@ -174,12 +177,12 @@ def probe() -> dict:
     count = [0]
 
     def attach():
-        cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda acts: count.__setitem__(0, count[0] + len(acts)))
+        cupti.activity_register_callbacks(lambda: (DEFAULT_HOST_BUFFER, 0), lambda acts: count.__setitem__(0, count[0] + len(acts)))
         for k in kinds:
             cupti.activity_enable(k)
 
     rate(0.5)
-    res = {"untraced_per_s": rate()}
+    res = {"host_buffer_bytes": DEFAULT_HOST_BUFFER, "untraced_per_s": rate()}
     t0 = time.perf_counter()
     attach()
     res["attach_s"] = time.perf_counter() - t0
