@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ctypes
 
-from cudawatch.config import MIN_HOST_BUFFER_KIB, collector_host_buffer
+from cudawatch.config import HOST_BUFFERS_HELD, MIN_HOST_BUFFER_KIB, collector_host_buffer, host_buffer_max
 
 
-#: Default size of each host buffer handed to CUPTI (at most a quarter of the budget). 1 MiB since
+#: Default size of each host buffer handed to CUPTI (at most a sixteenth of the budget). 1 MiB since
 #: 2026-12-07: the binding builds a whole buffer's record objects in one callback, and on an H100
 #: (docs/benchmarks.md §22; one 90-s run per size, three processes at once) a CNN loop traced all
 #: the time grew its RSS +105 MiB with 8-MiB buffers against +24 with 1 MiB (+18 with 256 KiB), no
@@ -20,11 +20,12 @@ class BufferBudget:
     """Split of the activity-buffer memory budget (bytes).
 
     ``total`` (default 32 MiB, the design's activity buffer manager) bounds the buffers, not the
-    Python objects the binding makes of their records: host buffers of ``DEFAULT_HOST_BUFFER``
-    (1 MiB; at most ``total/4``) handed to CUPTI from the buffer-requested callback (assumed: CUPTI
-    holds at most two at a time, one filling and one being drained, because our completed callback
-    folds a buffer in milliseconds; ``CuptiTracer.buffers_outstanding_max`` measures it), and
-    CUPTI's device-side buffers of ``total/8`` with a pool limit of 4
+    Python objects the binding makes of their records. Half of it goes to host buffers of
+    ``DEFAULT_HOST_BUFFER`` (1 MiB; at most ``total/16``) handed to CUPTI from the buffer-requested
+    callback, ``HOST_BUFFERS_HELD`` (8) of them at once (CUPTI was seen holding 7 at once;
+    ``CuptiTracer.buffers_outstanding_max`` measures it; until 2026-12-07 the budget assumed 2 and
+    allowed buffers of ``total/4``, which CUPTI then held 56 MiB of), the other half to CUPTI's
+    device-side buffers of ``total/8`` with a pool limit of 4
     (``CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE`` / ``_DEVICE_BUFFER_POOL_LIMIT``). Records that do not
     fit are dropped by CUPTI and counted (``health.dropped_records``), never buffered without bound.
     ``host_buffer_bytes`` (``from_env``: ``CUDAWATCH_HOST_BUFFER_KIB``) sets another host-buffer size:
@@ -36,11 +37,12 @@ class BufferBudget:
         if total_bytes < 1 << 20:
             raise ValueError(f"buffer budget {total_bytes} B is below the 1 MiB minimum")
         self.total = total_bytes
-        self.host_buffer = min(DEFAULT_HOST_BUFFER, total_bytes // 4) if host_buffer_bytes is None else host_buffer_bytes
-        if not MIN_HOST_BUFFER_KIB << 10 <= self.host_buffer <= total_bytes // 4:
-            raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER_KIB} KiB to {total_bytes >> 12} KiB "
-                             f"(a quarter of the budget), got {self.host_buffer >> 10} KiB")
-        self.host_buffers_max = 2
+        largest = host_buffer_max(total_bytes)
+        self.host_buffer = min(DEFAULT_HOST_BUFFER, largest) if host_buffer_bytes is None else host_buffer_bytes
+        if not MIN_HOST_BUFFER_KIB << 10 <= self.host_buffer <= largest:
+            raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER_KIB} KiB to {largest >> 10} KiB "
+                             f"(a sixteenth of the budget), got {self.host_buffer >> 10} KiB")
+        self.host_buffers_max = HOST_BUFFERS_HELD
         self.device_buffer = total_bytes // 8
         self.device_pool_limit = 4
 

@@ -155,11 +155,23 @@ class AlertConfig:
 
 #: Smallest CUPTI host buffer the collector accepts (KiB): room for hundreds of records.
 MIN_HOST_BUFFER_KIB = 64
+#: Host buffers CUPTI is taken to hold at once. Measured on an H100 (docs/benchmarks.md §23, one 90-s
+#: run each, eight processes sharing the GPU): up to 7 with a CNN loop and 4 with the launch-bound
+#: loop traced all the time, the same with 1-MiB and 8-MiB buffers, so what CUPTI holds grows with the
+#: buffer size (7 MiB against 56 MiB). Assumed, not enforced: refusing CUPTI a buffer drops records.
+HOST_BUFFERS_HELD = 8
+
+
+def host_buffer_max(total_bytes: int) -> int:
+    """Largest CUPTI host buffer (bytes) under a buffer budget of ``total_bytes``: a sixteenth, so
+    the ``HOST_BUFFERS_HELD`` buffers CUPTI may hold at once fill half the budget
+    (collector.budget.BufferBudget)."""
+    return total_bytes // 2 // HOST_BUFFERS_HELD
 
 
 def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = None) -> int | None:
     """The collector's CUPTI host buffer in bytes (``CUDAWATCH_HOST_BUFFER_KIB``), or None when unset
-    (the buffer budget's default, collector.budget.DEFAULT_HOST_BUFFER); at most a quarter of ``total_bytes``."""
+    (the buffer budget's default, collector.budget.DEFAULT_HOST_BUFFER); at most ``host_buffer_max(total_bytes)``."""
     raw = _env("CUDAWATCH_HOST_BUFFER_KIB", None, environ)
     if raw is None:
         return None
@@ -167,9 +179,10 @@ def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = No
         kib = int(raw)
     except ValueError as exc:
         raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={raw!r} is not a whole number of KiB") from exc
-    if not MIN_HOST_BUFFER_KIB <= kib <= total_bytes >> 12:
-        raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={kib} must be {MIN_HOST_BUFFER_KIB} KiB to {total_bytes >> 12} KiB "
-                          "(a quarter of the collector's buffer budget)")
+    largest_kib = host_buffer_max(total_bytes) >> 10
+    if not MIN_HOST_BUFFER_KIB <= kib <= largest_kib:
+        raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={kib} must be {MIN_HOST_BUFFER_KIB} KiB to {largest_kib} KiB "
+                          f"(a sixteenth of the collector's buffer budget: CUPTI may hold {HOST_BUFFERS_HELD} at once)")
     return kib << 10
 
 

@@ -157,25 +157,39 @@ def test_bad_budget_is_rejected():
 
 def test_budget_split_is_bounded_by_the_total():
     b = BufferBudget()
-    assert b.total == 32 << 20 and b.bound() == 18 << 20 <= b.total  # 2 x 1 MiB host + 4 x 4 MiB device
-    assert (b.host_buffer, b.device_buffer, b.device_pool_limit) == (1 << 20, 4 << 20, 4)
-    assert BufferBudget(1 << 20).host_buffer == 256 << 10  # a quarter of a small budget
-    assert BufferBudget(host_buffer_bytes=8 << 20).bound() == b.total  # the largest host buffer fills the budget
+    assert b.total == 32 << 20 and b.bound() == 24 << 20 <= b.total  # 8 x 1 MiB host + 4 x 4 MiB device
+    assert (b.host_buffer, b.device_buffer, b.device_pool_limit, b.host_buffers_max) == (1 << 20, 4 << 20, 4, 8)
+    assert BufferBudget(1 << 20).host_buffer == 64 << 10  # a sixteenth of a small budget
+    assert BufferBudget(host_buffer_bytes=2 << 20).bound() == b.total  # the largest host buffer fills the budget
     with pytest.raises(ValueError):
         BufferBudget(1000)
+    with pytest.raises(ValueError, match="a sixteenth"):  # 8 MiB, allowed until CUPTI was seen holding 7 of them
+        BufferBudget(host_buffer_bytes=8 << 20)
+
+
+def test_the_budget_counts_the_host_buffers_cupti_was_seen_holding_at_once():
+    """§23 (docs/benchmarks.md): four fully traced loops on an H100 recorded the most host buffers
+    CUPTI held at once; the budget must assume at least that many, at every buffer size."""
+    import json
+    from pathlib import Path
+
+    runs = Path(__file__).resolve().parents[1] / "data" / "cupti" / "bench" / "session_20261207h_h100"
+    held = {f.stem: json.loads(f.read_text())["buffers_outstanding_max"] for f in runs.glob("hb_*.json")}
+    assert held == {"hb_cnn_1024": 7, "hb_cnn_8192": 7, "hb_launch_1024": 4, "hb_launch_8192": 4}
+    assert BufferBudget().host_buffers_max >= max(held.values())  # the old budget assumed 2
 
 
 def test_the_host_buffer_size_can_be_set_and_a_bad_size_is_an_error(monkeypatch):
     """``CUDAWATCH_HOST_BUFFER_KIB`` as the session reads it (``collector_host_buffer``) sizes the budget."""
     from cudawatch.config import collector_host_buffer
 
-    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "8192")
+    monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", "2048")
     b = BufferBudget(host_buffer_bytes=collector_host_buffer())
-    assert BufferBudget.from_env().host_buffer == 8 << 20  # what the session and doctor build
-    assert b.host_buffer == 8 << 20 and b.device_buffer == 4 << 20 and b.bound() == b.total
+    assert BufferBudget.from_env().host_buffer == 2 << 20  # what the session and doctor build
+    assert b.host_buffer == 2 << 20 and b.device_buffer == 4 << 20 and b.bound() == b.total
     assert BufferBudget(host_buffer_bytes=256 << 10).host_buffer == 256 << 10  # the argument wins
     assert BufferBudget().host_buffer == 1 << 20  # the budget alone reads no environment
-    for bad in ("lots", "1.5", "16", str(16 << 10)):  # not a number, below 64 KiB, above a quarter of 32 MiB
+    for bad in ("lots", "1.5", "16", "2049", "8192"):  # not a number, below 64 KiB, above a sixteenth of 32 MiB
         monkeypatch.setenv("CUDAWATCH_HOST_BUFFER_KIB", bad)
         with pytest.raises(ValueError, match="CUDAWATCH_HOST_BUFFER_KIB|host buffer"):
             BufferBudget(host_buffer_bytes=collector_host_buffer())
