@@ -146,3 +146,40 @@ def test_smaller_host_buffers_lower_the_rss_of_a_fully_traced_loop_and_the_peak_
         assert at[230] - at[225] > 10 and at[235] - at[225] < 4  # the ~96 k-record on-phase: its peak, given back 5 s later
         peaks[v] = at[355] - at[340]  # the ~160 k-record on-phase, caught by the last sample
     assert peaks["p120-8m"] > peaks["p120-1m"] > peaks["p120-256k"] > 10
+
+
+# §23: the 15-minute soak at the 1-MiB default host buffer (both loops under `cudawatch collect`), and
+# beside it the LM under the collector with a 60-s and a 120-s period, on one H100 (docs/benchmarks.md).
+S23 = S20.parent / "session_20261207h_h100"
+
+
+@pytest.mark.parametrize("loop, growth_mib, records", [("lm", 19.3, 859_005), ("launch", 7.6, 1_120_634)])
+def test_the_default_soak_stays_inside_32_mib_and_loses_nothing(loop, growth_mib, records):
+    res = soak.analyze(str(S23 / "sk" / "shards"), str(S23 / "sk" / f"{loop}.json"), str(S23 / "sk" / f"kps_{loop}.json"), f"soak-{loop}")
+    assert res["rss_growth_after_2min_mib"] == pytest.approx(growth_mib, abs=0.05) and growth_mib <= 32  # the issue's bound
+    assert res["full_windows"] == 14 and {w["data_quality"] for w in res["windows"]} == {"ok"}
+    assert sum(w["records_delivered"] for w in res["windows"]) == sum(w["records_valid"] for w in res["windows"]) == records
+    assert sum(w["dropped"] + w["invalid_zero_timestamp"] for w in res["windows"]) == 0
+    assert (S23 / "sk" / f"{loop}.rc").read_text().strip() == "0"
+
+
+def test_a_longer_period_keeps_less_gpu_memory_but_more_host_memory():
+    samples = soak.read_gpumem(str(S23 / "sk" / "gpumem.csv"))
+    runs = {30: S23 / "sk" / "lm.json", 60: S23 / "pp" / "lm_p60.json", 120: S23 / "pp" / "lm_p120.json"}
+    gpu = {p: soak.gpu_memory(samples, json.loads(f.read_text())["pid"]) for p, f in runs.items()}
+    assert [gpu[p]["growth_mib"] for p in (30, 60, 120)] == [16, 10, 6]  # 2 MiB about every 4 cuptiFinalize cycles
+    assert all({d for _, d in g["changes_at_s_mib"]} == {2} for g in gpu.values())
+    rss = {p: soak.growth_after_2min(json.loads(f.read_text())["rss"])[0] for p, f in runs.items()}
+    assert rss[30] < 32 < rss[120] < rss[60]  # the longer periods' larger on-phases left +68 and +81 MiB
+
+
+@pytest.mark.parametrize("period", [60, 120])
+def test_the_windows_follow_a_longer_period_and_every_on_phase_lost_nothing(period):
+    from cudawatch.shards import list_shards, read_shard
+
+    health = [r for f in list_shards(S23 / "pp" / f"shards_p{period}", "health") for r in read_shard(f).to_pylist()]
+    assert {r["window_s"] for r in health} == {period} and all(r["sampling_duty"] > 0 for r in health)
+    assert sum(r["records_valid"] for r in health) == sum(r["records_delivered"] for r in health) > 900_000
+    log = json.loads((S23 / "pp" / f"duty_p{period}.json").read_text())
+    rows = [dict(zip(log["fields"], r)) for r in log["rows"]]
+    assert {r["period_s"] for r in rows} == {period} and sum(r["zero_ts"] for r in rows) == 0
