@@ -23,7 +23,12 @@ costs at most a quarter of the budget (30 s at the 2 % default). ``f_on`` (EWMA,
 smoothed; the period is at most 30 s, or a longer ``CUDAWATCH_PERIOD_S``, and never longer than
 the window (cudawatch.config.CollectorTiming: every window sees tracing). An on-phase that
 traced nothing (idle GPU) teaches nothing and leaves the duty as it is, so a program that starts
-its GPU work late still starts inside the budget. The duty is 1 (no cycling) when full tracing fits the budget, else
+its GPU work late still starts inside the budget. Until an on-phase has traced something the period
+is at most the default 30 s, even with a longer ``CUDAWATCH_PERIOD_S``: the first on-phase comes as
+the collector starts, usually before the program's GPU work, and at a 120-s period (300 s) the
+window that held the program's first 6,050 (13,230) training steps read no kernels on an H100
+(docs/benchmarks.md §23, §22). A program that is idle from its start cycles at the default rate
+until its first kernel. The duty is 1 (no cycling) when full tracing fits the budget, else
 ``(safety x budget - cycle_s / period) / f_on``. Before the first measurement the controller
 assumes the worst case measured (full tracing doubling a launch-bound loop, ``F_ON_PRIOR`` = 1.5
 with margin), so the first window is already inside the budget; afterwards it shrinks at once and
@@ -108,9 +113,11 @@ class DutyController:
         self._cycle_measured = True
 
     def period_s(self) -> float:
-        """Control period: long enough that pause/resume cycles cost at most 1/4 of the budget."""
+        """Control period: long enough that pause/resume cycles cost at most 1/4 of the budget; at most
+        ``DEFAULT_MAX_PERIOD_S`` until an on-phase has traced something (the module docstring)."""
         want = self.cycle_s / (0.25 * self.budget)
-        return max(self.min_period_s, min(self.max_period_s, want))
+        period = max(self.min_period_s, min(self.max_period_s, want))
+        return period if self.f_on is not None else min(period, DEFAULT_MAX_PERIOD_S)
 
     def estimate(self, on_s: float, kernels: int, copies: int, callback_s: float, overhead_s: float) -> Estimate:
         """Estimated cost of one on-phase (see the module docstring)."""

@@ -219,3 +219,20 @@ def test_freed_buffer_memory_goes_back_to_the_os():
     for b in bufs:
         libc.free(b)
     assert trim_heap() == 1
+
+
+def test_a_long_period_waits_for_the_first_traced_on_phase():
+    """The first on-phase comes as the collector starts, before most programs launch anything; at a
+    120-s period the next came two minutes later and the window with the first 6,050 training steps
+    read no kernels (§23). Until an on-phase traces something the period is the default's at most."""
+    from cudawatch.config import DEFAULT_MAX_PERIOD_S
+
+    ctl = DutyController(2.0, min_period_s=120.0, max_period_s=120.0)  # CUDAWATCH_PERIOD_S=120
+    assert ctl.period_s() == DEFAULT_MAX_PERIOD_S == 30.0
+    ctl.update(Estimate(on_s=0.4, cost_s=0.0, records=0))  # an idle on-phase: still waiting
+    assert ctl.period_s() == 30.0
+    ctl.update(Estimate(on_s=0.4, cost_s=0.01, records=2000))  # the program's first kernels
+    assert ctl.period_s() == 120.0
+    ctl.update(Estimate(on_s=0.4, cost_s=0.0, records=0))  # later idle on-phases keep the period
+    assert ctl.period_s() == 120.0
+    assert DutyController(2.0, min_period_s=1.0, max_period_s=10.0).period_s() == 10.0  # a shorter window's cap stays
