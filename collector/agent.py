@@ -14,7 +14,9 @@ without NVML: ``cudawatch_agent_up``, ``cudawatch_agent_nvml_available``,
 ``cudawatch_agent_nvml_errors_total{op}`` (failed GPM, XID-event and cleanup calls); and
 per collector process found in ``OUT/.status/``: ``cudawatch_collector_overhead_pct``,
 ``cudawatch_collector_budget_pct``, ``cudawatch_collector_sampling_duty``,
-``cudawatch_collector_dropped_records``, ``cudawatch_collector_last_window_timestamp_seconds``, and the
+``cudawatch_collector_dropped_records``, ``cudawatch_collector_last_window_timestamp_seconds``,
+``cudawatch_collector_cupti_host_buffers_held_max`` (the most host buffers CUPTI held at once; the
+buffer budget assumes ``cudawatch.config.HOST_BUFFERS_HELD``), and the
 data quality of each collector: counters since its start ``cudawatch_collector_records_delivered_total``,
 ``cudawatch_collector_records_valid_total``, ``cudawatch_collector_records_invalid_total{reason}``
 (``zero_timestamp``, ``end_before_start``), ``cudawatch_collector_records_dropped_total``,
@@ -39,6 +41,7 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from cudawatch.config import HOST_BUFFERS_HELD
 from cudawatch.shards import DEVICE, write_shard
 
 _GPU_LABELS = ("gpu", "uuid", "host", "job")
@@ -59,6 +62,9 @@ class _CollectorStatus:
             "duty": GaugeMetricFamily("cudawatch_collector_sampling_duty", "Fraction of time the collector traces (adaptive duty cycle).", labels=labels),
             "dropped_records": GaugeMetricFamily("cudawatch_collector_dropped_records", "CUPTI records dropped in the last window.", labels=labels),
             "ts": GaugeMetricFamily("cudawatch_collector_last_window_timestamp_seconds", "UNIX time of the collector's last closed window.", labels=labels),
+            "cupti_host_buffers_held_max": GaugeMetricFamily(
+                "cudawatch_collector_cupti_host_buffers_held_max",
+                f"Most CUPTI host buffers held at once since the collector started (its buffer budget assumes {HOST_BUFFERS_HELD}).", labels=labels),
         }
         counters = {
             "records_delivered_total": CounterMetricFamily("cudawatch_collector_records_delivered", "Kernel/memcpy/memset records CUPTI delivered.", labels=labels),

@@ -78,7 +78,7 @@ class ReplayTracer:
         self._span = max(ends) - self._t0 + 1
         self.kernels = self.copies = self.overheads = self.overhead_ns = 0
         self.callback_s = 0.0
-        self.buffers_requested = self.buffers_completed = 0
+        self.buffers_requested = self.buffers_completed = self.buffers_outstanding_max = 0  # no CUPTI buffers
         self.attached = self.enabled = False
         self.detach_errors = 0  # CuptiTracer's interface: a replay has no cuptiFinalize or fence to fail
         self.op_lock = threading.RLock()  # CuptiTracer's interface; a replay never blocks in a driver call

@@ -129,7 +129,8 @@ def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_erro
     (status / "h-7.json").write_text(json.dumps({
         "host": "h", "pid": 7, "job": "j", "ts": time.time(), "records_delivered_total": agg.delivered_total,
         "records_valid_total": agg.valid_total, "records_invalid_total": {"zero_timestamp": agg.invalid_zero_ts, "end_before_start": 0},
-        "dropped_records_total": 0, "collector_errors_total": 0, "window_quality": quality_of(w)}))
+        "dropped_records_total": 0, "collector_errors_total": 0, "window_quality": quality_of(w),
+        "cupti_host_buffers_held_max": 7}))
     agent = Agent(tmp_path, 1.0, sampler=None)
     port = agent.serve(0, "127.0.0.1")
     try:
@@ -141,6 +142,7 @@ def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_erro
     assert _value(text, "cudawatch_collector_records_invalid_total", job="j", reason="zero_timestamp") == 1500
     assert _value(text, "cudawatch_collector_window_quality", job="j", quality="error") == 1
     assert _value(text, "cudawatch_collector_window_quality", job="j", quality="idle") == 0
+    assert _value(text, "cudawatch_collector_cupti_host_buffers_held_max", job="j") == 7  # §23's CNN: 7 at once
 
 
 def test_agent_cli_serves_metrics_on_a_loopback_port(tmp_path):
