@@ -159,3 +159,33 @@ def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
     return env
+
+
+def test_the_hourly_combine_starts_no_arrow_thread_pool_inside_the_program(tmp_path):
+    """The spool combines an hour's window files inside the traced program. Read with Arrow's CPU
+    thread pool, that started one thread per core, and on a 16-core GPU host the first hour's
+    shards stepped the program's RSS by tens of MiB (docs/benchmarks.md §23; benchmarks/spool_rss.py
+    at 16 threads: +55 MiB against +25 single-threaded). A fresh process with an 8-thread pool:"""
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from collector.aggregate import Aggregator
+        from collector.replay import load_records
+        from collector.rows import ProcessMeta
+        from collector.spool import Spool
+        kernels, _ = load_records({str(REPO / "tests" / "data" / "cupti" / "records.jsonl.gz")!r})
+        epoch, t0 = 1_699_999_200, min(k[0] for k in kernels)
+        spool = Spool({str(tmp_path)!r}, ProcessMeta(host="h", job="j", run_id="r", pid=1), window_s=60)
+        agg = Aggregator(window_s=60)
+        for i in range(2):
+            shift = (epoch + i * 60) * 1_000_000_000 - t0
+            agg.add_kernels([(s + shift, e + shift, sig) for s, e, sig in kernels[:500]])
+        before = len(os.listdir("/proc/self/task"))
+        spool.close_and_rotate(agg, epoch + 3600 + 200, 30)
+        print(spool.shards_total, len(os.listdir("/proc/self/task")) - before)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, OMP_NUM_THREADS="8"))
+    assert p.returncode == 0, p.stderr
+    shards, new_threads = map(int, p.stdout.split())
+    assert shards >= 2 and new_threads < 4  # with the pool's 8 threads it read 9
