@@ -14,7 +14,10 @@ health notes, the ``.status`` file. No GPU needed: run it on the GPU host's Pyth
 
     python benchmarks/spool_rss.py --windows 1440 --json spool_rss.json     # a day of 60-s windows
 
-Reports the RSS after each hour's shards and its least-squares slope after the first quarter, in
+Reports the RSS before the first window write, after it and after the first hour's shards (the
+one-off steps: on the GPU hosts the soaks' RSS stepped +40-60 MiB at their first writes,
+docs/benchmarks.md §23; ``ARROW_DEFAULT_MEMORY_POOL`` and ``OMP_NUM_THREADS`` change pyarrow's
+allocator and thread pool), the RSS after each hour's shards and its least-squares slope after the first quarter, in
 MiB per 1,000 windows (a soak's tail of 1 MiB a minute would be ~1,000 MiB per 1,000 windows if it
 came from here).
 """
@@ -65,6 +68,7 @@ def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict
     spool = Spool(root, ProcessMeta(host="h", job="j", run_id="r", pid=1), window_s=window_s)
     agg = Aggregator(window_s=window_s)  # one for the whole run, as in a collector session
     points: list[tuple[int, float]] = []  # (windows fed, RSS) after each hour's shards
+    first = {"before_first_write": rss_mib()}  # the one-off steps of the first writes (a GPU soak: +40-60 MiB)
     shards_at: list[int] = []  # shards written so far, at the same moments
     arrow_bytes: list[int] = []
     for i in range(windows):
@@ -73,16 +77,20 @@ def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict
         agg.add_copies([(c[0] + shift, c[1] + shift, *c[2:]) for c in copies])
         for k in range(1, window_s // PERIOD_S + 1):  # the session's close-and-rotate step, once a period
             shards = spool.shards_total
-            spool.close_and_rotate(agg, EPOCH_S + i * window_s + k * PERIOD_S + 1, PERIOD_S)
+            closed = spool.close_and_rotate(agg, EPOCH_S + i * window_s + k * PERIOD_S + 1, PERIOD_S)
+            if closed and "after_first_window" not in first:
+                first["after_first_window"] = rss_mib()
             if spool.shards_total > shards:  # an hour's shards, once its last window is closed
                 gc.collect()
                 points.append((i + 1, rss_mib()))
+                first.setdefault("after_first_hour", points[-1][1])
                 shards_at.append(spool.shards_total)
                 arrow_bytes.append(pa.total_allocated_bytes())
     spool.add_windows(agg.take_all())
     spool.rotate(final=True)
     return {"python": platform.python_version(), "pyarrow": pa.__version__, "memory_pool": pa.default_memory_pool().backend_name,
             "windows": windows, "window_s": window_s, "kernels_per_window": len(kernels), "copies_per_window": len(copies),
+            "cpu_count": pa.cpu_count(), "rss_mib_first_writes": first,
             "shards_written": spool.shards_total, "shards_at_rotations": shards_at, "rss_mib_at_rotations": points, "arrow_allocated_bytes": arrow_bytes,
             "rss_slope_mib_per_1000_windows": slope_per_1000(points)}
 
@@ -100,6 +108,10 @@ def main() -> None:
     print(f"python {res['python']}, pyarrow {res['pyarrow']} ({res['memory_pool']}): {res['windows']} windows of "
           f"{res['kernels_per_window']} kernels, {res['shards_written']} shards; RSS {pts[0][1]:.1f} → {pts[-1][1]:.1f} MiB"
           if pts else "fewer windows than an hour: no rotation sampled")
+    f = res["rss_mib_first_writes"]
+    print(f"first writes (arrow pool {res['memory_pool']}, {res['cpu_count']} threads): RSS {f['before_first_write']:.1f} → "
+          f"{f.get('after_first_window', float('nan')):.1f} after the first window → {f.get('after_first_hour', float('nan')):.1f} "
+          "after the first hour's shards")
     slope = res["rss_slope_mib_per_1000_windows"]
     print(f"slope after the first quarter: {slope:+.2f} MiB per 1,000 windows" if slope is not None
           else "slope: needs at least 3 hourly rotations after the first quarter of them")

@@ -11,6 +11,9 @@ def test_each_hour_is_written_once_its_last_window_is_closed(tmp_path):
     # hours 1-3 are combined during the run, a grace after they end; hour 4 at the final rotation
     assert res["shards_at_rotations"] == [3, 6, 9]  # kernels, memcpy, health per hour
     assert [w for w, _ in res["rss_mib_at_rotations"]] == [61, 121, 181]
+    first = res["rss_mib_first_writes"]  # each one-off step measured at its own moment
+    assert set(first) == {"before_first_write", "after_first_window", "after_first_hour"}
+    assert first["after_first_hour"] == res["rss_mib_at_rotations"][0][1]
     shards = sorted(tmp_path.glob("*/date=*/hour=*/*.parquet"))
     assert res["shards_written"] == len(shards) == 4 * 3
     kernels = [s for s in shards if s.parts[-4] == "kernels"]
