@@ -107,7 +107,7 @@ class CuptiTracer:
         self.callback_s = 0.0
         self.buffers_requested = 0
         self.buffers_completed = 0
-        self.buffers_outstanding_max = 0  # most host buffers CUPTI held at once (BufferBudget assumes 2)
+        self.buffers_outstanding_max = 0  # most host buffers CUPTI held at once (the budget assumes HOST_BUFFERS_HELD)
         self.attached = False
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
