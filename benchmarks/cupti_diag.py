@@ -379,7 +379,8 @@ def launch() -> dict:
     res = {"untraced": rate()}
     # 1. the real tracer (tuple per record + aggregation)
     agg = Aggregator(60)
-    t = CuptiTracer(agg, BufferBudget(host_buffer_bytes=8 << 20))  # the host-buffer size of the rows below
+    t = CuptiTracer(agg, BufferBudget(128 << 20, host_buffer_bytes=8 << 20))  # the host-buffer size of the rows below
+    # (8 MiB, the default until 2026-12-07; a 32-MiB budget takes at most 2 MiB since, hence the larger total)
     t.attach()
     rate(0.3)
     cb0, k0 = t.callback_s, t.kernels
