@@ -24,7 +24,7 @@ smoothed; the period is at most 30 s, or a longer ``CUDAWATCH_PERIOD_S``, and ne
 the window (cudawatch.config.CollectorTiming: every window sees tracing). An on-phase that
 traced nothing (idle GPU) teaches nothing and leaves the duty as it is, so a program that starts
 its GPU work late still starts inside the budget. Until an on-phase has traced something the period
-is at most the default 30 s, even with a longer ``CUDAWATCH_PERIOD_S``: the first on-phase comes as
+is at most the default 30 s (or what cycling needs at a low budget), even with a longer ``CUDAWATCH_PERIOD_S``: the first on-phase comes as
 the collector starts, usually before the program's GPU work, and at a 120-s period (300 s) the
 window that held the program's first 6,050 (13,230) training steps read no kernels on an H100
 (docs/benchmarks.md §23, §22). A program that is idle from its start cycles at the default rate
@@ -117,7 +117,8 @@ class DutyController:
         ``DEFAULT_MAX_PERIOD_S`` until an on-phase has traced something (the module docstring)."""
         want = self.cycle_s / (0.25 * self.budget)
         period = max(self.min_period_s, min(self.max_period_s, want))
-        return period if self.f_on is not None else min(period, DEFAULT_MAX_PERIOD_S)
+        # before anything was traced, at most 30 s, unless cycling itself needs longer (a low budget)
+        return period if self.f_on is not None else min(period, max(DEFAULT_MAX_PERIOD_S, want))
 
     def estimate(self, on_s: float, kernels: int, copies: int, callback_s: float, overhead_s: float) -> Estimate:
         """Estimated cost of one on-phase (see the module docstring)."""

@@ -163,7 +163,7 @@ def test_budget_split_is_bounded_by_the_total():
     assert BufferBudget(host_buffer_bytes=2 << 20).bound() == b.total  # the largest host buffer fills the budget
     with pytest.raises(ValueError):
         BufferBudget(1000)
-    with pytest.raises(ValueError, match="a sixteenth"):  # 8 MiB, allowed until CUPTI was seen holding 7 of them
+    with pytest.raises(ValueError, match="1/16 of the budget"):  # 8 MiB, allowed until CUPTI was seen holding 7 of them
         BufferBudget(host_buffer_bytes=8 << 20)
 
 
@@ -236,3 +236,10 @@ def test_a_long_period_waits_for_the_first_traced_on_phase():
     ctl.update(Estimate(on_s=0.4, cost_s=0.0, records=0))  # later idle on-phases keep the period
     assert ctl.period_s() == 120.0
     assert DutyController(2.0, min_period_s=1.0, max_period_s=10.0).period_s() == 10.0  # a shorter window's cap stays
+
+
+def test_the_start_up_cap_never_undercuts_what_cycling_needs_at_a_low_budget():
+    """At a 0.5 % budget cycling needs 120-s periods (150 ms a cycle at most a quarter of the budget):
+    capping those at 30 s before the first traced on-phase would spend the whole budget on cycles."""
+    ctl = DutyController(0.5, min_period_s=120.0, max_period_s=120.0)
+    assert ctl.period_s() == 120.0 and ctl.duty > ctl.min_duty
