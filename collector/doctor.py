@@ -124,11 +124,12 @@ def _setting(name: str, describe) -> Check:
 
 def check_config() -> list[Check]:
     from collector.budget import BufferBudget
-    from cudawatch.config import CollectorTiming, max_overhead_pct
+    from cudawatch.config import DEFAULT_MAX_PERIOD_S, CollectorTiming, max_overhead_pct
 
     def windows() -> str:
         t = CollectorTiming.from_env()
-        return (f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s "
+        start = f", at most {DEFAULT_MAX_PERIOD_S:g} s until an on-phase traced something" if t.max_period_s > DEFAULT_MAX_PERIOD_S else ""
+        return (f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s{start} "
                 "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)")
 
     out = [_setting("overhead budget", lambda: f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"),

@@ -81,7 +81,7 @@ def test_doctor_reports_the_windows_and_fails_a_period_longer_than_the_window(mo
     monkeypatch.setenv("CUDAWATCH_PERIOD_S", "120")
     monkeypatch.delenv("CUDAWATCH_WINDOW_S", raising=False)
     ok = _config_check("windows")
-    assert ok.status == "ok" and ok.detail.startswith("120 s windows, control period 120-120 s")
+    assert ok.status == "ok" and ok.detail.startswith("120 s windows, control period 120-120 s, at most 30 s until an on-phase")
     monkeypatch.setenv("CUDAWATCH_WINDOW_S", "60")
     bad = _config_check("windows")
     assert bad.status == "fail" and "longer than the window" in bad.detail
