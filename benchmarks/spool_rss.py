@@ -68,7 +68,7 @@ def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict
     spool = Spool(root, ProcessMeta(host="h", job="j", run_id="r", pid=1), window_s=window_s)
     agg = Aggregator(window_s=window_s)  # one for the whole run, as in a collector session
     points: list[tuple[int, float]] = []  # (windows fed, RSS) after each hour's shards
-    first = {"before_first_write": rss_mib()}  # the one-off steps of the first writes (a GPU soak: +40-60 MiB)
+    first: dict[str, float] = {}  # the one-off steps of the first writes (a GPU soak: +40-60 MiB)
     shards_at: list[int] = []  # shards written so far, at the same moments
     arrow_bytes: list[int] = []
     for i in range(windows):
@@ -77,8 +77,12 @@ def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict
         agg.add_copies([(c[0] + shift, c[1] + shift, *c[2:]) for c in copies])
         for k in range(1, window_s // PERIOD_S + 1):  # the session's close-and-rotate step, once a period
             shards = spool.shards_total
+            if "after_first_window" not in first:  # until a window is written: the RSS just before the step
+                gc.collect()
+                first["before_first_write"] = rss_mib()
             closed = spool.close_and_rotate(agg, EPOCH_S + i * window_s + k * PERIOD_S + 1, PERIOD_S)
             if closed and "after_first_window" not in first:
+                gc.collect()
                 first["after_first_window"] = rss_mib()
             if spool.shards_total > shards:  # an hour's shards, once its last window is closed
                 gc.collect()

@@ -41,7 +41,7 @@ class BufferBudget:
         self.host_buffer = min(DEFAULT_HOST_BUFFER, largest) if host_buffer_bytes is None else host_buffer_bytes
         if not MIN_HOST_BUFFER_KIB << 10 <= self.host_buffer <= largest:
             raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER_KIB} KiB to {largest >> 10} KiB "
-                             f"(a sixteenth of the budget), got {self.host_buffer >> 10} KiB")
+                             f"(1/{2 * HOST_BUFFERS_HELD} of the budget), got {self.host_buffer >> 10} KiB")
         self.host_buffers_max = HOST_BUFFERS_HELD
         self.device_buffer = total_bytes // 8
         self.device_pool_limit = 4

@@ -155,8 +155,8 @@ class AlertConfig:
 
 #: Smallest CUPTI host buffer the collector accepts (KiB): room for hundreds of records.
 MIN_HOST_BUFFER_KIB = 64
-#: Host buffers CUPTI is taken to hold at once. Measured on an H100 (docs/benchmarks.md §23, one 90-s
-#: run each, eight processes sharing the GPU): up to 7 with a CNN loop and 4 with the launch-bound
+#: Host buffers CUPTI is taken to hold at once. Measured on an H100 (docs/benchmarks.md §23, four loops
+#: traced all the time for 90 s, eight processes sharing the GPU): up to 7 with a CNN loop and 4 with the launch-bound
 #: loop traced all the time, the same with 1-MiB and 8-MiB buffers, so what CUPTI holds grows with the
 #: buffer size (7 MiB against 56 MiB). Assumed, not enforced: refusing CUPTI a buffer drops records.
 HOST_BUFFERS_HELD = 8
@@ -182,7 +182,7 @@ def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = No
     largest_kib = host_buffer_max(total_bytes) >> 10
     if not MIN_HOST_BUFFER_KIB <= kib <= largest_kib:
         raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={kib} must be {MIN_HOST_BUFFER_KIB} KiB to {largest_kib} KiB "
-                          f"(a sixteenth of the collector's buffer budget: CUPTI may hold {HOST_BUFFERS_HELD} at once)")
+                          f"(1/{2 * HOST_BUFFERS_HELD} of the collector's buffer budget: CUPTI may hold {HOST_BUFFERS_HELD} at once)")
     return kib << 10
 
 

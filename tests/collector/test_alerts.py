@@ -34,6 +34,12 @@ def test_rules_fire_on_the_expected_series():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_the_held_buffers_alert_fires_above_what_the_budget_assumes():
+    from cudawatch.config import HOST_BUFFERS_HELD
+
+    assert f"cudawatch_collector_cupti_host_buffers_held_max > {HOST_BUFFERS_HELD}\n" in RULES.read_text()
+
+
 def test_required_alerts_exist_and_use_served_metrics():
     text = RULES.read_text()
     for name in ("LowGPUUtilization", "HighMemoryBandwidth", "CollectorOverheadOverBudget", "GPUThrottled", "ShardsNotArriving"):

@@ -165,7 +165,7 @@ def test_the_hourly_combine_starts_no_arrow_thread_pool_inside_the_program(tmp_p
     """The spool combines an hour's window files inside the traced program. Read with Arrow's CPU
     thread pool, that started one thread per core, and on a 16-core GPU host the first hour's
     shards stepped the program's RSS by tens of MiB (docs/benchmarks.md §23; benchmarks/spool_rss.py
-    at 16 threads: +55 MiB against +25 single-threaded). A fresh process with an 8-thread pool:"""
+    at 16 threads: +60 MiB against +25 single-threaded). A fresh process with an 8-thread pool:"""
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(REPO)!r})
