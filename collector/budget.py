@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-from cudawatch.config import HOST_BUFFERS_HELD, MIN_HOST_BUFFER_KIB, collector_host_buffer, host_buffer_max
+from cudawatch.config import HOST_BUFFERS_HELD, check_host_buffer, collector_host_buffer, host_buffer_max
 
 
 #: Default size of each host buffer handed to CUPTI (at most a sixteenth of the budget). 1 MiB since
@@ -37,11 +37,8 @@ class BufferBudget:
         if total_bytes < 1 << 20:
             raise ValueError(f"buffer budget {total_bytes} B is below the 1 MiB minimum")
         self.total = total_bytes
-        largest = host_buffer_max(total_bytes)
-        self.host_buffer = min(DEFAULT_HOST_BUFFER, largest) if host_buffer_bytes is None else host_buffer_bytes
-        if not MIN_HOST_BUFFER_KIB << 10 <= self.host_buffer <= largest:
-            raise ValueError(f"the host buffer must be {MIN_HOST_BUFFER_KIB} KiB to {largest >> 10} KiB "
-                             f"(1/{2 * HOST_BUFFERS_HELD} of the budget), got {self.host_buffer >> 10} KiB")
+        self.host_buffer = (min(DEFAULT_HOST_BUFFER, host_buffer_max(total_bytes)) if host_buffer_bytes is None
+                            else check_host_buffer(host_buffer_bytes, total_bytes, "the host buffer"))
         self.host_buffers_max = HOST_BUFFERS_HELD
         self.device_buffer = total_bytes // 8
         self.device_pool_limit = 4

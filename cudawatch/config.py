@@ -169,6 +169,16 @@ def host_buffer_max(total_bytes: int) -> int:
     return total_bytes // 2 // HOST_BUFFERS_HELD
 
 
+def check_host_buffer(nbytes: int, total_bytes: int, what: str) -> int:
+    """``nbytes`` if it is a host-buffer size the buffer budget ``total_bytes`` takes, else a
+    ``ConfigError`` naming ``what`` (the variable or argument it came from)."""
+    largest = host_buffer_max(total_bytes)
+    if not MIN_HOST_BUFFER_KIB << 10 <= nbytes <= largest:
+        raise ConfigError(f"{what} must be {MIN_HOST_BUFFER_KIB} KiB to {largest >> 10} KiB (1/{2 * HOST_BUFFERS_HELD} of the "
+                          f"budget: CUPTI may hold {HOST_BUFFERS_HELD} at once), got {nbytes >> 10} KiB")
+    return nbytes
+
+
 def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = None) -> int | None:
     """The collector's CUPTI host buffer in bytes (``CUDAWATCH_HOST_BUFFER_KIB``), or None when unset
     (the buffer budget's default, collector.budget.DEFAULT_HOST_BUFFER); at most ``host_buffer_max(total_bytes)``."""
@@ -179,11 +189,7 @@ def collector_host_buffer(total_bytes: int = 32 << 20, environ: dict | None = No
         kib = int(raw)
     except ValueError as exc:
         raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={raw!r} is not a whole number of KiB") from exc
-    largest_kib = host_buffer_max(total_bytes) >> 10
-    if not MIN_HOST_BUFFER_KIB <= kib <= largest_kib:
-        raise ConfigError(f"CUDAWATCH_HOST_BUFFER_KIB={kib} must be {MIN_HOST_BUFFER_KIB} KiB to {largest_kib} KiB "
-                          f"(1/{2 * HOST_BUFFERS_HELD} of the collector's buffer budget: CUPTI may hold {HOST_BUFFERS_HELD} at once)")
-    return kib << 10
+    return check_host_buffer(kib << 10, total_bytes, f"CUDAWATCH_HOST_BUFFER_KIB={kib}")
 
 
 #: The collector's longest control period unless ``CUDAWATCH_PERIOD_S`` asks for more (collector.control).
