@@ -35,6 +35,12 @@ def _hour_of(window_start_s: int) -> int:
     return window_start_s // 3600 * 3600
 
 
+def grace_s(period_s: float) -> float:
+    """How long after its end a window is spooled (``Spool.close_and_rotate``): records arrive up to
+    one control period late, so two periods + 1 s."""
+    return 2 * period_s + 1
+
+
 class Spool:
     """Spool of one collector session (one process) under ``root``.
 
@@ -80,7 +86,7 @@ class Spool:
         the grace is two periods + 1 s, and an hour is combined only a grace after it ends (combined
         at its end, its last window would become a second shard). ``before_spooling(windows)`` runs
         first when there are windows to spool. Returns them."""
-        grace = 2 * period_s + 1
+        grace = grace_s(period_s)
         closed = agg.take_closed(now_s, grace_s=grace)
         if closed:
             if before_spooling is not None:

@@ -166,10 +166,12 @@ def test_the_default_soak_stays_inside_32_mib_and_loses_nothing(loop, growth_mib
 
 def _window_writes(train: dict, duty_log: dict, period_s: int, window_s: int, n: int = 2) -> list[float]:
     """When the collector wrote its first ``n`` windows, in seconds from the program's start: the spool
-    writes a window two periods + 1 s after it ends (collector.spool), at the end of an on-phase."""
+    writes a window a grace after it ends (``collector.spool.grace_s``), at the end of an on-phase."""
+    from collector.spool import grace_s
+
     offs = [r[0] for r in duty_log["rows"]]
     end = math.ceil(offs[0] / window_s) * window_s
-    return [next(o for o in offs if o >= end + k * window_s + 2 * period_s + 1) - train["t0"] for k in range(n)]
+    return [next(o for o in offs if o >= end + k * window_s + grace_s(period_s)) - train["t0"] for k in range(n)]
 
 
 def _growth_away_from(rss, times, after_s=120.0, margin_s=5.0) -> float:
