@@ -108,6 +108,8 @@ def test_collector_status_files_are_exported(tmp_path):
     assert _value(text, "cudawatch_collector_sampling_duty", job="j") == 0.25
     assert _value(text, "cudawatch_collector_dropped_records", job="j") == 3
     assert 'job="old"' not in text  # stale processes are dropped
+    # a status file from before the held-buffer count (no such key) exports no sample for it, and nothing fails
+    assert "\ncudawatch_collector_cupti_host_buffers_held_max{" not in text
 
 
 def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_error(tmp_path):
