@@ -29,7 +29,6 @@ import gc
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +38,7 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.gpu_workloads import rss_mib  # noqa: E402
+from benchmarks.step_log import least_squares_slope  # noqa: E402
 from collector.aggregate import Aggregator  # noqa: E402
 from collector.replay import load_records  # noqa: E402
 from collector.rows import ProcessMeta  # noqa: E402
@@ -52,9 +52,7 @@ PERIOD_S = 30  # the control period at the default 2 % budget
 def slope_per_1000(points: list[tuple[int, float]]) -> float | None:
     """Least-squares slope of RSS (MiB) against windows, per 1,000 windows, after the first quarter."""
     tail = points[len(points) // 4:]
-    if len(tail) < 3:
-        return None
-    return 1000.0 * statistics.linear_regression([w for w, _ in tail], [r for _, r in tail]).slope
+    return 1000.0 * least_squares_slope(tail) if len(tail) >= 3 else None
 
 
 def run(windows: int, window_s: int, kernels_per_window: int, root: str) -> dict:

@@ -87,13 +87,18 @@ def theil_sen_mib_per_min(points) -> float:
     return 60.0 * float(np.median((v[j] - v[i])[keep] / (t[j] - t[i])[keep])) if keep.any() else float("nan")
 
 
-def least_squares_mib_per_min(points) -> float:
-    """Least-squares slope of ``[(t s, MiB), ...]`` in MiB a minute; NaN with fewer than 3 points or
-    without two distinct times."""
+def least_squares_slope(points) -> float:
+    """Least-squares slope of ``[(x, y), ...]`` in y per unit of x; NaN with fewer than 3 points or
+    without two distinct x."""
     if len(points) < 3:
         return float("nan")
     t, v = (np.asarray(c, dtype=float) for c in zip(*points))
-    return 60.0 * float(np.polyfit(t, v, 1)[0]) if np.ptp(t) > 0 else float("nan")
+    return float(np.polyfit(t, v, 1)[0]) if np.ptp(t) > 0 else float("nan")
+
+
+def least_squares_mib_per_min(points) -> float:
+    """Least-squares slope of ``[(t s, MiB), ...]`` in MiB a minute (``least_squares_slope``)."""
+    return 60.0 * least_squares_slope(points)
 
 
 def array_bytes(n: int) -> int:
