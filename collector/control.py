@@ -112,13 +112,21 @@ class DutyController:
         self.cycle_s = seconds if not self._cycle_measured else 0.5 * self.cycle_s + 0.5 * seconds
         self._cycle_measured = True
 
+    def _cycling_needs_s(self) -> float:
+        """The period at which pause/resume cycles cost a quarter of the budget."""
+        return self.cycle_s / (0.25 * self.budget)
+
+    def steady_period_s(self) -> float:
+        """Control period once an on-phase has traced something: long enough that pause/resume cycles
+        cost at most 1/4 of the budget, within ``[min_period_s, max_period_s]``."""
+        return max(self.min_period_s, min(self.max_period_s, self._cycling_needs_s()))
+
     def period_s(self) -> float:
-        """Control period: long enough that pause/resume cycles cost at most 1/4 of the budget; at most
-        ``DEFAULT_MAX_PERIOD_S`` until an on-phase has traced something (the module docstring)."""
-        want = self.cycle_s / (0.25 * self.budget)
-        period = max(self.min_period_s, min(self.max_period_s, want))
+        """Control period: ``steady_period_s``, but at most ``DEFAULT_MAX_PERIOD_S`` until an on-phase
+        has traced something (the module docstring)."""
+        period = self.steady_period_s()
         # before anything was traced, at most 30 s, unless cycling itself needs longer (a low budget)
-        return period if self.f_on is not None else min(period, max(DEFAULT_MAX_PERIOD_S, want))
+        return period if self.f_on is not None else min(period, max(DEFAULT_MAX_PERIOD_S, self._cycling_needs_s()))
 
     def estimate(self, on_s: float, kernels: int, copies: int, callback_s: float, overhead_s: float) -> Estimate:
         """Estimated cost of one on-phase (see the module docstring)."""
