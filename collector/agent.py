@@ -16,7 +16,8 @@ per collector process found in ``OUT/.status/``: ``cudawatch_collector_overhead_
 ``cudawatch_collector_budget_pct``, ``cudawatch_collector_sampling_duty``,
 ``cudawatch_collector_dropped_records``, ``cudawatch_collector_last_window_timestamp_seconds``,
 ``cudawatch_collector_cupti_host_buffers_held_max`` (the most host buffers CUPTI held at once; the
-buffer budget assumes ``cudawatch.config.HOST_BUFFERS_HELD``), and the
+buffer budget assumes ``cudawatch.config.HOST_BUFFERS_HELD``), ``cudawatch_collector_cupti_finalizes_total``
+(detach/attach cycles, each keeping ``cudawatch.config.FINALIZE_KEEPS_GPU_MIB`` of GPU memory), and the
 data quality of each collector: counters since its start ``cudawatch_collector_records_delivered_total``,
 ``cudawatch_collector_records_valid_total``, ``cudawatch_collector_records_invalid_total{reason}``
 (``zero_timestamp``, ``end_before_start``), ``cudawatch_collector_records_dropped_total``,
@@ -41,7 +42,7 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from cudawatch.config import HOST_BUFFERS_HELD
+from cudawatch.config import FINALIZE_KEEPS_GPU_MIB, HOST_BUFFERS_HELD
 from cudawatch.shards import DEVICE, write_shard
 
 _GPU_LABELS = ("gpu", "uuid", "host", "job")
@@ -71,6 +72,9 @@ class _CollectorStatus:
             "records_valid_total": CounterMetricFamily("cudawatch_collector_records_valid", "Delivered records with usable timestamps (aggregated).", labels=labels),
             "dropped_records_total": CounterMetricFamily("cudawatch_collector_records_dropped", "Records CUPTI dropped for lack of buffer space.", labels=labels),
             "collector_errors_total": CounterMetricFamily("cudawatch_collector_errors", "Collector operations that failed (flush, pause, resume, status).", labels=labels),
+            "cupti_finalizes_total": CounterMetricFamily(
+                "cudawatch_collector_cupti_finalizes",
+                f"CUPTI detach/attach cycles (cuptiFinalize) since the collector started; each keeps ~{FINALIZE_KEEPS_GPU_MIB} MiB of GPU memory.", labels=labels),
         }
         invalid = CounterMetricFamily("cudawatch_collector_records_invalid", "Delivered records rejected, by reason.", labels=labels + ["reason"])
         quality = GaugeMetricFamily("cudawatch_collector_window_quality", "1 for the data_quality of the last closed window.", labels=labels + ["quality"])

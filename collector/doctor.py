@@ -124,7 +124,8 @@ def _setting(name: str, describe) -> Check:
 
 def check_config() -> list[Check]:
     from collector.budget import BufferBudget
-    from cudawatch.config import DEFAULT_MAX_PERIOD_S, CollectorTiming, max_overhead_pct
+    from collector.control import DutyController
+    from cudawatch.config import DEFAULT_MAX_PERIOD_S, FINALIZE_KEEPS_GPU_MIB, CollectorTiming, max_overhead_pct
 
     def windows() -> str:
         t = CollectorTiming.from_env()
@@ -132,10 +133,20 @@ def check_config() -> list[Check]:
         return (f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s{start} "
                 "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)")
 
+    def cycles() -> str:
+        t = CollectorTiming.from_env()
+        period = DutyController(max_overhead_pct(), min_period_s=t.min_period_s, max_period_s=t.max_period_s).steady_period_s()
+        per_day = 86400 / period
+        more = "" if period >= t.max_period_s else " or more (slower cycles stretch it)"
+        return (f"one detach/attach cycle every {period:g} s{more}: at most {per_day:,.0f} a day, keeping "
+                f"~{per_day * FINALIZE_KEEPS_GPU_MIB:,.0f} MiB of GPU memory a day ({FINALIZE_KEEPS_GPU_MIB} MiB each, CUPTI's; "
+                "a longer CUDAWATCH_PERIOD_S makes fewer: docs/collector.md)")
+
     out = [_setting("overhead budget", lambda: f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"),
            _setting("CUPTI host buffers",  # the session's default buffer budget
                     lambda: f"{BufferBudget.from_env().host_buffer >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"),
-           _setting("windows", windows)]
+           _setting("windows", windows),
+           _setting("CUPTI cycles", cycles)]
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")
     writable = os.access(probe if probe.exists() else ".", os.W_OK)

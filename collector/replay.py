@@ -81,6 +81,7 @@ class ReplayTracer:
         self.buffers_requested = self.buffers_completed = self.buffers_outstanding_max = 0  # no CUPTI buffers
         self.attached = self.enabled = False
         self.detach_errors = 0  # CuptiTracer's interface: a replay has no cuptiFinalize or fence to fail
+        self.finalizes = 0  # detaches of an attached replay, each standing for a cuptiFinalize
         self.op_lock = threading.RLock()  # CuptiTracer's interface; a replay never blocks in a driver call
         self.drain = DetachDrain(0.0)  # recorded records are complete: a detach never waits
         self.clock_offset_ns = 0
@@ -143,5 +144,6 @@ class ReplayTracer:
     def detach(self, *, final: bool = False, fence: bool = True) -> None:  # recorded records: nothing to wait for
         if self.attached:
             self.flush(True)
+            self.finalizes += 1
         self.enabled = False
         self.attached = False

@@ -30,6 +30,7 @@ def write_status(s, now: float, window=None) -> None:
                   "records_invalid_total": {"zero_timestamp": a.invalid_zero_ts, "end_before_start": a.invalid_order},
                   "dropped_records_total": s.dropped_total, "collector_errors_total": s.errors + s.tracer.detach_errors,
                   "cupti_host_buffers_held_max": s.tracer.buffers_outstanding_max,  # the buffer budget assumes HOST_BUFFERS_HELD
+                  "cupti_finalizes_total": s.tracer.finalizes,  # each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory
                   "window_quality": quality_of(window) if window is not None else None}
         tmp = d / f".tmp-{s.meta.host}-{s.meta.pid}.json"
         tmp.write_text(json.dumps(status))

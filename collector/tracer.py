@@ -111,6 +111,7 @@ class CuptiTracer:
         self.attached = False
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
+        self.finalizes = 0  # completed cuptiFinalize calls: each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         # held by calls that reach CUPTI or the driver (``_busy``); re-entrant, so its owner's own
         # non-blocking acquire succeeds: Session.stop is never reached from inside a tracer call
@@ -254,6 +255,7 @@ class CuptiTracer:
                     try:
                         self.finalizer.finalize()
                         finalized = True
+                        self.finalizes += 1
                     finally:
                         # failures it survived (or that an interrupt masks) count in this window's health
                         for what in [f"finalize: {w}" for w in self.finalizer.take_unraised()] + self.drain.take_errors():

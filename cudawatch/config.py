@@ -162,6 +162,12 @@ MIN_HOST_BUFFER_KIB = 64
 HOST_BUFFERS_HELD = 8
 
 
+#: GPU memory (MiB) each CUPTI detach/attach cycle (``cuptiFinalize``, then a new attach) keeps in
+#: the process: 0.586 MiB, linear over 400 cycles on an H100 (driver 580, libcupti 13.4.92), with or
+#: without records and with no activity kind enabled (docs/benchmarks.md §21, §22). CUPTI's or the
+#: driver's; the collector can only make fewer cycles (docs/collector.md, "Staying on for days").
+FINALIZE_KEEPS_GPU_MIB = 0.586
+
 def host_buffer_max(total_bytes: int) -> int:
     """Largest CUPTI host buffer (bytes) under a buffer budget of ``total_bytes``: a sixteenth, so
     the ``HOST_BUFFERS_HELD`` buffers CUPTI may hold at once fill half the budget

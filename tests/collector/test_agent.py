@@ -110,6 +110,7 @@ def test_collector_status_files_are_exported(tmp_path):
     assert 'job="old"' not in text  # stale processes are dropped
     # a status file from before the held-buffer count (no such key) exports no sample for it, and nothing fails
     assert "\ncudawatch_collector_cupti_host_buffers_held_max{" not in text
+    assert "\ncudawatch_collector_cupti_finalizes_total{" not in text  # nor for the cycle count
 
 
 def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_error(tmp_path):
@@ -132,7 +133,7 @@ def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_erro
         "host": "h", "pid": 7, "job": "j", "ts": time.time(), "records_delivered_total": agg.delivered_total,
         "records_valid_total": agg.valid_total, "records_invalid_total": {"zero_timestamp": agg.invalid_zero_ts, "end_before_start": 0},
         "dropped_records_total": 0, "collector_errors_total": 0, "window_quality": quality_of(w),
-        "cupti_host_buffers_held_max": 7}))
+        "cupti_host_buffers_held_max": 7, "cupti_finalizes_total": 31}))
     agent = Agent(tmp_path, 1.0, sampler=None)
     port = agent.serve(0, "127.0.0.1")
     try:
@@ -145,6 +146,7 @@ def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_erro
     assert _value(text, "cudawatch_collector_window_quality", job="j", quality="error") == 1
     assert _value(text, "cudawatch_collector_window_quality", job="j", quality="idle") == 0
     assert _value(text, "cudawatch_collector_cupti_host_buffers_held_max", job="j") == 7  # §23's CNN: 7 at once
+    assert _value(text, "cudawatch_collector_cupti_finalizes_total", job="j") == 31  # §23's soak: 31 on-phases
 
 
 def test_agent_cli_serves_metrics_on_a_loopback_port(tmp_path):

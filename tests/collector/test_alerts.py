@@ -24,7 +24,7 @@ def test_rules_are_valid():
     assert PROMTOOL, "promtool is required in CI"
     p = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "SUCCESS: 10 rules found" in p.stdout
+    assert "SUCCESS: 11 rules found" in p.stdout
 
 
 @needs_promtool
@@ -38,6 +38,12 @@ def test_the_held_buffers_alert_fires_above_what_the_budget_assumes():
     from cudawatch.config import HOST_BUFFERS_HELD
 
     assert f"cudawatch_collector_cupti_host_buffers_held_max > {HOST_BUFFERS_HELD}\n" in RULES.read_text()
+
+
+def test_the_kept_gpu_memory_alert_uses_what_a_cycle_was_measured_to_keep():
+    from cudawatch.config import FINALIZE_KEEPS_GPU_MIB
+
+    assert f"cudawatch_collector_cupti_finalizes_total * {FINALIZE_KEEPS_GPU_MIB} > 1024\n" in RULES.read_text()
 
 
 def test_required_alerts_exist_and_use_served_metrics():

@@ -116,7 +116,7 @@ SCRIPT = textwrap.dedent("""
     stop.set()
     if app_thread.ident is not None:
         app_thread.join(10)
-    out.update(finalized_on=cupti.finalized_on, finalized_at=cupti.finalized_at, overlaps=cupti.state["overlaps"],
+    out.update(finalizes=t.finalizes, finalized_on=cupti.finalized_on, finalized_at=cupti.finalized_at, overlaps=cupti.state["overlaps"],
                summary=t.finalizer.summary(), attached=t.attached, subscriber_left=cupti.state["subscriber"] is not None,
                health_errors=[[w.errors, w.last_error] for w in t.agg.take_all() if w.errors])
     print(json.dumps(out))
@@ -147,6 +147,7 @@ def test_the_first_api_exit_on_an_application_thread_finalizes_once(tmp_path):
     out = run(tmp_path, "callback")
     assert out["how"] == ["callback"] * 3
     assert out["finalized_on"] == ["app"] * 3  # exactly once per detach, never on the collector's thread
+    assert out["finalizes"] == 3  # each counted (status file, cudawatch_collector_cupti_finalizes_total)
     assert out["finalized_at"] == [1] * 3  # inside the API_EXIT callback, never at API_ENTER
     assert out["summary"]["in_callback"] == 3 and out["summary"]["by_timeout"] == out["summary"]["fallback"] == 0
     assert out["summary"]["errors"] == 0 and out["overlaps"] == 0
@@ -165,6 +166,7 @@ def test_a_failing_finalize_raises_and_leaves_the_tracer_detached(tmp_path):
     buffer callbacks again instead of enabling kinds on a CUPTI that may be gone."""
     out = run(tmp_path, "finalize_fails")
     assert out["raised"] == [[7, False, False]] * 3
+    assert out["finalizes"] == 0  # a finalize that raised is not counted as a cycle done
     assert out["health_errors"] == []
 
 

@@ -379,6 +379,7 @@ def test_the_status_file_for_the_node_agent_and_a_failure_to_write_it(tmp_path, 
             assert status["job"] == "status" and status["running"] is False and status["records"] > 0
             assert status["records_delivered_total"] >= status["records_valid_total"] > 0 and not failed
             assert status["cupti_host_buffers_held_max"] == 0  # a replay hands CUPTI no buffers
+            assert status["cupti_finalizes_total"] == s.tracer.finalizes == 1  # traced all the time: the stop's detach only
         else:
             assert failed and s.errors >= 2  # one while running, one at the stop (after the last shards)
 
