@@ -134,19 +134,26 @@ def check_config() -> list[Check]:
                 "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)")
 
     def cycles() -> str:
+        if os.environ.get("CUDAWATCH_ADAPTIVE", "1") == "0":
+            return "none: CUDAWATCH_ADAPTIVE=0 traces all the time (one attach; every launch pays for tracing)"
+        off_mode = os.environ.get("CUDAWATCH_OFF_MODE", "detach")
+        if off_mode != "detach":
+            return f"none: CUDAWATCH_OFF_MODE={off_mode} stays attached between on-phases (the launch path pays while paused)"
         t = CollectorTiming.from_env()
         period = DutyController(max_overhead_pct(), min_period_s=t.min_period_s, max_period_s=t.max_period_s).steady_period_s()
         per_day = 86400 / period
         more = "" if period >= t.max_period_s else " or more (slower cycles stretch it)"
-        return (f"one detach/attach cycle every {period:g} s{more}: at most {per_day:,.0f} a day, keeping "
+        start = f" (every {DEFAULT_MAX_PERIOD_S:g} s until an on-phase traced something)" if period > DEFAULT_MAX_PERIOD_S else ""
+        return (f"one detach/attach cycle every {period:g} s{more}{start}: at most {per_day:,.0f} a day, keeping "
                 f"~{per_day * FINALIZE_KEEPS_GPU_MIB:,.0f} MiB of GPU memory a day ({FINALIZE_KEEPS_GPU_MIB} MiB each, CUPTI's; "
                 "a longer CUDAWATCH_PERIOD_S makes fewer: docs/collector.md)")
 
     out = [_setting("overhead budget", lambda: f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"),
            _setting("CUPTI host buffers",  # the session's default buffer budget
                     lambda: f"{BufferBudget.from_env().host_buffer >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"),
-           _setting("windows", windows),
-           _setting("CUPTI cycles", cycles)]
+           _setting("windows", windows)]
+    if out[-1].status == "ok":  # a bad period or window is reported once, by the line above
+        out.append(_setting("CUPTI cycles", cycles))
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")
     writable = os.access(probe if probe.exists() else ".", os.W_OK)

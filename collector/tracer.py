@@ -111,7 +111,9 @@ class CuptiTracer:
         self.attached = False
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
-        self.finalizes = 0  # completed cuptiFinalize calls: each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory
+        # cuptiFinalize calls that returned (each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory); one that
+        # raised is not counted, even where CUPTI was finalized before the raise (an interrupted wait)
+        self.finalizes = 0
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         # held by calls that reach CUPTI or the driver (``_busy``); re-entrant, so its owner's own
         # non-blocking acquire succeeds: Session.stop is never reached from inside a tracer call

@@ -163,8 +163,9 @@ HOST_BUFFERS_HELD = 8
 
 
 #: GPU memory (MiB) each CUPTI detach/attach cycle (``cuptiFinalize``, then a new attach) keeps in
-#: the process: 0.586 MiB, linear over 400 cycles on an H100 (driver 580, libcupti 13.4.92), with or
-#: without records and with no activity kind enabled (docs/benchmarks.md §21, §22). CUPTI's or the
+#: the process, on an H100 (driver 580, libcupti 13.4.92): 0.586 over cycles 3-60 in each of §22's and
+#: §21's 60-cycle runs (with or without records, with no activity kind enabled, with the buffer
+#: attributes tried), 0.578 over 400 cycles, linear (§21; docs/benchmarks.md). CUPTI's or the
 #: driver's; the collector can only make fewer cycles (docs/collector.md, "Staying on for days").
 FINALIZE_KEEPS_GPU_MIB = 0.586
 

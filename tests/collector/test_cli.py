@@ -88,19 +88,35 @@ def test_doctor_reports_the_windows_and_fails_a_period_longer_than_the_window(mo
 
 
 def test_doctor_reports_the_gpu_memory_the_cycles_keep_a_day(monkeypatch):
+    for name in ("CUDAWATCH_OFF_MODE", "CUDAWATCH_ADAPTIVE"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("CUDAWATCH_WINDOW_S", raising=False)
     monkeypatch.delenv("CUDAWATCH_MAX_OVERHEAD_PCT", raising=False)
     monkeypatch.delenv("CUDAWATCH_PERIOD_S", raising=False)
     c = _config_check("CUPTI cycles")  # the default: 30 s, 2,880 cycles x 0.586 MiB
     assert c.status == "ok" and c.detail.startswith("one detach/attach cycle every 30 s: at most 2,880 a day, keeping ~1,688 MiB")
     monkeypatch.setenv("CUDAWATCH_PERIOD_S", "300")
-    assert "every 300 s: at most 288 a day, keeping ~169 MiB" in _config_check("CUPTI cycles").detail
+    assert "every 300 s (every 30 s until an on-phase traced something): at most 288 a day, keeping ~169 MiB" in _config_check("CUPTI cycles").detail
     monkeypatch.setenv("CUDAWATCH_PERIOD_S", "1")
     monkeypatch.setenv("CUDAWATCH_WINDOW_S", "10")  # cycling would need 30 s; the window caps the period at 10
     assert "every 10 s: at most 8,640 a day" in _config_check("CUPTI cycles").detail
     monkeypatch.setenv("CUDAWATCH_WINDOW_S", "60")
     monkeypatch.setenv("CUDAWATCH_MAX_OVERHEAD_PCT", "4")  # cycles cost a quarter of 4 % at 15 s; slower ones stretch it
     assert "every 15 s or more (slower cycles stretch it): at most 5,760 a day" in _config_check("CUPTI cycles").detail
+    monkeypatch.setenv("CUDAWATCH_MAX_OVERHEAD_PCT", "2")
+    monkeypatch.setenv("CUDAWATCH_PERIOD_S", "300")
+    monkeypatch.setenv("CUDAWATCH_WINDOW_S", "300")
+    monkeypatch.setenv("CUDAWATCH_OFF_MODE", "disable")
+    assert _config_check("CUPTI cycles").detail.startswith("none: CUDAWATCH_OFF_MODE=disable stays attached")
+    monkeypatch.setenv("CUDAWATCH_ADAPTIVE", "0")
+    assert _config_check("CUPTI cycles").detail.startswith("none: CUDAWATCH_ADAPTIVE=0 traces all the time")
+    monkeypatch.delenv("CUDAWATCH_OFF_MODE")
+    monkeypatch.delenv("CUDAWATCH_ADAPTIVE")
+    monkeypatch.setenv("CUDAWATCH_WINDOW_S", "60")  # shorter than the period: one fail line (windows), no cycles line
+    from collector.doctor import check_config
+
+    names = [(c.name, c.status) for c in check_config()]
+    assert ("windows", "fail") in names and "CUPTI cycles" not in [n for n, _ in names]
 
 
 def test_doctor_reports_the_detach_drain_and_whether_the_fence_can_run(monkeypatch):

@@ -92,6 +92,17 @@ def test_period_stretches_to_amortize_attach_cost():
     assert ctl.period_s() == ctl.max_period_s
 
 
+def test_the_steady_period_is_the_period_once_an_on_phase_has_traced():
+    """``steady_period_s`` (cudawatch doctor reads it) is what ``period_s`` returns after a traced
+    on-phase; before one, a period above 30 s waits (the start-up cap)."""
+    ctl = DutyController(2.0, min_period_s=300.0, max_period_s=300.0)
+    assert ctl.steady_period_s() == 300.0 and ctl.period_s() == 30.0
+    ctl.update(ctl.estimate(on_s=6.0, kernels=1000, copies=0, callback_s=0.001, overhead_s=0.0))
+    assert ctl.period_s() == ctl.steady_period_s() == 300.0
+    low = DutyController(0.5)  # cycling needs 120 s at 0.5 %; the default longest period caps it at 30
+    assert low.steady_period_s() == low.period_s() == 30.0
+
+
 def test_windows_follow_a_long_period_and_the_period_never_outgrows_the_window():
     """Every window must see tracing (its launches are scaled by 1/sampling_duty; a window without an
     on-phase would read as no kernels): the longest period is at most the window."""

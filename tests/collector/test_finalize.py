@@ -176,7 +176,7 @@ def test_an_idle_application_is_finalized_by_the_collector_after_the_timeout(tmp
     assert out["finalized_on"] == ["collector"] * 3 and out["finalized_at"] == [None] * 3
     assert out["summary"]["by_timeout"] == 3 and out["summary"]["in_callback"] == 0
     assert min(out["detach_s"]) >= DEFAULT_TIMEOUT_S
-    assert out["overlaps"] == 0
+    assert out["overlaps"] == 0 and out["finalizes"] == 3
     for calls in out["calls"]:
         assert_order(calls)
     assert not out["subscriber_left"]
@@ -190,7 +190,7 @@ def test_a_refused_subscriber_falls_back_to_the_thread_finalize_and_counts_it(tm
     assert s["fallback"] == 3 and s["in_callback"] == s["by_timeout"] == 0
     assert "subscribe" in s["last_fallback"] and "status 1" in s["last_fallback"]  # ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
     assert out["calls"][0] == ["disable"] * 4 + ["flush", "flush_forced", "finalize"]
-    assert not out["attached"]
+    assert not out["attached"] and out["finalizes"] == 3
 
 
 def test_callback_and_timeout_racing_still_finalize_exactly_once(tmp_path):
@@ -198,7 +198,7 @@ def test_callback_and_timeout_racing_still_finalize_exactly_once(tmp_path):
     finalizes once, and no CUPTI call overlaps a finalize."""
     out = run(tmp_path, "race")
     s = out["summary"]
-    assert len(out["finalized_on"]) == 200 and s["in_callback"] + s["by_timeout"] == 200
+    assert len(out["finalized_on"]) == 200 and s["in_callback"] + s["by_timeout"] == 200 == out["finalizes"]
     assert s["in_callback"] > 0 and s["by_timeout"] > 0
     assert out["overlaps"] == 0 and s["errors"] == 0
     assert all(calls.count("finalize") == 1 and calls[-1] == "finalize" for calls in out["calls"])
@@ -212,7 +212,7 @@ def test_an_exit_just_after_the_timeout_is_finalized_by_its_callback_alone(tmp_p
 
 def test_a_failed_unsubscribe_is_an_error_in_the_windows_health(tmp_path):
     out = run(tmp_path, "unsubscribe_fails")
-    assert out["summary"]["errors"] == 3 and len(out["finalized_on"]) == 3  # each finalize still ran
+    assert out["summary"]["errors"] == 3 and len(out["finalized_on"]) == 3 == out["finalizes"]  # each finalize still ran
     assert sum(n for n, _ in out["health_errors"]) == 3
     assert all("finalize: unsubscribe" in why and "status 42" in why for _, why in out["health_errors"])
 
