@@ -121,12 +121,14 @@ class DutyController:
         cost at most 1/4 of the budget, within ``[min_period_s, max_period_s]``."""
         return max(self.min_period_s, min(self.max_period_s, self._cycling_needs_s()))
 
+    def start_period_s(self) -> float:
+        """Control period until an on-phase has traced something: ``steady_period_s``, but at most
+        ``DEFAULT_MAX_PERIOD_S`` unless cycling itself needs longer (a low budget; the module docstring)."""
+        return min(self.steady_period_s(), max(DEFAULT_MAX_PERIOD_S, self._cycling_needs_s()))
+
     def period_s(self) -> float:
-        """Control period: ``steady_period_s``, but at most ``DEFAULT_MAX_PERIOD_S`` until an on-phase
-        has traced something (the module docstring)."""
-        period = self.steady_period_s()
-        # before anything was traced, at most 30 s, unless cycling itself needs longer (a low budget)
-        return period if self.f_on is not None else min(period, max(DEFAULT_MAX_PERIOD_S, self._cycling_needs_s()))
+        """Control period: ``start_period_s`` until an on-phase has traced something, then ``steady_period_s``."""
+        return self.steady_period_s() if self.f_on is not None else self.start_period_s()
 
     def estimate(self, on_s: float, kernels: int, copies: int, callback_s: float, overhead_s: float) -> Estimate:
         """Estimated cost of one on-phase (see the module docstring)."""

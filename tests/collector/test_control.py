@@ -96,11 +96,13 @@ def test_the_steady_period_is_the_period_once_an_on_phase_has_traced():
     """``steady_period_s`` (cudawatch doctor reads it) is what ``period_s`` returns after a traced
     on-phase; before one, a period above 30 s waits (the start-up cap)."""
     ctl = DutyController(2.0, min_period_s=300.0, max_period_s=300.0)
-    assert ctl.steady_period_s() == 300.0 and ctl.period_s() == 30.0
+    assert ctl.steady_period_s() == 300.0 and ctl.period_s() == 30.0 == ctl.start_period_s()
     ctl.update(ctl.estimate(on_s=6.0, kernels=1000, copies=0, callback_s=0.001, overhead_s=0.0))
     assert ctl.period_s() == ctl.steady_period_s() == 300.0
     low = DutyController(0.5)  # cycling needs 120 s at 0.5 %; the default longest period caps it at 30
     assert low.steady_period_s() == low.period_s() == 30.0
+    long_low = DutyController(0.5, min_period_s=300.0, max_period_s=300.0)  # the start-up cap yields to cycling's 120 s
+    assert long_low.period_s() == long_low.start_period_s() == 120.0 and long_low.steady_period_s() == 300.0
 
 
 def test_windows_follow_a_long_period_and_the_period_never_outgrows_the_window():
