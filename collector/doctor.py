@@ -125,34 +125,43 @@ def _setting(name: str, describe) -> Check:
 def check_config() -> list[Check]:
     from collector.budget import BufferBudget
     from collector.control import DutyController
-    from cudawatch.config import DEFAULT_MAX_PERIOD_S, FINALIZE_KEEPS_GPU_MIB, CollectorTiming, max_overhead_pct
+    from cudawatch.config import FINALIZE_KEEPS_GPU_MIB, CollectorTiming, collector_adaptive, collector_off_mode, max_overhead_pct
+
+    budget = _setting("overhead budget", lambda: f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %")
+
+    def controller() -> tuple[CollectorTiming, DutyController | None]:
+        """The timing and, with a valid budget (else its own line fails), the session's controller."""
+        t = CollectorTiming.from_env()
+        ok = budget.status == "ok"
+        return t, DutyController(max_overhead_pct(), min_period_s=t.min_period_s, max_period_s=t.max_period_s) if ok else None
 
     def windows() -> str:
-        t = CollectorTiming.from_env()
-        start = f", at most {DEFAULT_MAX_PERIOD_S:g} s until an on-phase traced something" if t.max_period_s > DEFAULT_MAX_PERIOD_S else ""
+        t, ctl = controller()
+        start = (f", at most {ctl.start_period_s():g} s until an on-phase traced something"
+                 if ctl is not None and ctl.start_period_s() < ctl.steady_period_s() else "")
         return (f"{t.window_s} s windows, control period {t.min_period_s:g}-{t.max_period_s:g} s{start} "
                 "(CUDAWATCH_WINDOW_S, CUDAWATCH_PERIOD_S)")
 
     def cycles() -> str:
-        if os.environ.get("CUDAWATCH_ADAPTIVE", "1") == "0":
+        if not collector_adaptive():
             return "none: CUDAWATCH_ADAPTIVE=0 traces all the time (one attach; every launch pays for tracing)"
-        off_mode = os.environ.get("CUDAWATCH_OFF_MODE", "detach")
+        off_mode = collector_off_mode()
         if off_mode != "detach":
             return f"none: CUDAWATCH_OFF_MODE={off_mode} stays attached between on-phases (the launch path pays while paused)"
-        t = CollectorTiming.from_env()
-        period = DutyController(max_overhead_pct(), min_period_s=t.min_period_s, max_period_s=t.max_period_s).steady_period_s()
+        t, ctl = controller()
+        period, start_s = ctl.steady_period_s(), ctl.start_period_s()
         per_day = 86400 / period
         more = "" if period >= t.max_period_s else " or more (slower cycles stretch it)"
-        start = f" (every {DEFAULT_MAX_PERIOD_S:g} s until an on-phase traced something)" if period > DEFAULT_MAX_PERIOD_S else ""
+        start = f" (every {start_s:g} s until an on-phase traced something)" if start_s < period else ""
         return (f"one detach/attach cycle every {period:g} s{more}{start}: at most {per_day:,.0f} a day, keeping "
                 f"~{per_day * FINALIZE_KEEPS_GPU_MIB:,.0f} MiB of GPU memory a day ({FINALIZE_KEEPS_GPU_MIB} MiB each, CUPTI's; "
                 "a longer CUDAWATCH_PERIOD_S makes fewer: docs/collector.md)")
 
-    out = [_setting("overhead budget", lambda: f"CUDAWATCH_MAX_OVERHEAD_PCT={max_overhead_pct()} %"),
+    out = [budget,
            _setting("CUPTI host buffers",  # the session's default buffer budget
                     lambda: f"{BufferBudget.from_env().host_buffer >> 10} KiB each (CUDAWATCH_HOST_BUFFER_KIB)"),
            _setting("windows", windows)]
-    if out[-1].status == "ok":  # a bad period or window is reported once, by the line above
+    if out[-1].status == "ok" and budget.status == "ok":  # a bad budget, period or window is reported once, above
         out.append(_setting("CUPTI cycles", cycles))
     root = Path(os.environ.get("CUDAWATCH_SHARDS") or "shards")
     probe = root if root.exists() else root.parent if str(root.parent) else Path(".")

@@ -56,7 +56,7 @@ class Session:
     def __init__(self, job: str | None = None, out: str | os.PathLike | None = None, *, window_s: int | None = None,
                  period_s: float = 1.0, budget_pct: float | None = None, buffer_mib: int = 32, adaptive: bool = True,
                  off_mode: str | None = None, dump_path: str | None = None) -> None:
-        from cudawatch.config import CollectorTiming, ConfigError, max_overhead_pct
+        from cudawatch.config import PAUSE_MODES, CollectorTiming, ConfigError, collector_adaptive, collector_off_mode, max_overhead_pct
 
         self.job = job_name(job)
         self.out = Path(out or os.environ.get("CUDAWATCH_SHARDS") or "shards")
@@ -67,10 +67,10 @@ class Session:
         self.window_s, self.period_s = timing.window_s, timing.min_period_s
         self.budget_pct = budget_pct if budget_pct is not None else max_overhead_pct()
         self.buffer_mib = buffer_mib
-        self.adaptive = adaptive and os.environ.get("CUDAWATCH_ADAPTIVE", "1") != "0"
-        self.off_mode = off_mode or os.environ.get("CUDAWATCH_OFF_MODE", "detach")
-        if self.off_mode not in ("detach", "disable"):
-            raise ValueError(f"off_mode must be 'detach' or 'disable', got {self.off_mode!r}")
+        self.adaptive = adaptive and collector_adaptive()
+        self.off_mode = off_mode or collector_off_mode()
+        if self.off_mode not in PAUSE_MODES:
+            raise ValueError(f"off_mode must be one of {', '.join(PAUSE_MODES)}, got {self.off_mode!r}")
         self.dump_path = dump_path or os.environ.get("CUDAWATCH_RECORD_DUMP")
         self.active = False
         self.reason: str | None = None

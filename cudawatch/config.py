@@ -169,6 +169,7 @@ HOST_BUFFERS_HELD = 8
 #: driver's; the collector can only make fewer cycles (docs/collector.md, "Staying on for days").
 FINALIZE_KEEPS_GPU_MIB = 0.586
 
+
 def host_buffer_max(total_bytes: int) -> int:
     """Largest CUPTI host buffer (bytes) under a buffer budget of ``total_bytes``: a sixteenth, so
     the ``HOST_BUFFERS_HELD`` buffers CUPTI may hold at once fill half the budget
@@ -243,6 +244,23 @@ class CollectorTiming:
             raise ConfigError(f"CUDAWATCH_PERIOD_S={period:g} is longer than the window ({name}={window_s}): "
                               "windows without tracing would read as no kernels; lengthen the window or shorten the period")
         return cls(window_s, period, min(max(DEFAULT_MAX_PERIOD_S, period), float(window_s)))
+
+
+#: How tracing pauses between on-phases (collector.session): ``detach`` (``cuptiFinalize``) or ``disable``.
+PAUSE_MODES = ("detach", "disable")
+
+
+def collector_off_mode(environ: dict | None = None) -> str:
+    """How the collector pauses between on-phases (``CUDAWATCH_OFF_MODE``, default ``detach``)."""
+    mode = _env("CUDAWATCH_OFF_MODE", "detach", environ)
+    if mode not in PAUSE_MODES:
+        raise ConfigError(f"CUDAWATCH_OFF_MODE={mode!r} must be one of {', '.join(PAUSE_MODES)}")
+    return mode
+
+
+def collector_adaptive(environ: dict | None = None) -> bool:
+    """Whether the collector duty-cycles under its budget (``CUDAWATCH_ADAPTIVE``; ``0`` traces all the time)."""
+    return _env("CUDAWATCH_ADAPTIVE", "1", environ) != "0"
 
 
 def max_overhead_pct(environ: dict | None = None) -> float:

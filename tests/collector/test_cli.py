@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import typer
@@ -117,6 +118,42 @@ def test_doctor_reports_the_gpu_memory_the_cycles_keep_a_day(monkeypatch):
 
     names = [(c.name, c.status) for c in check_config()]
     assert ("windows", "fail") in names and "CUPTI cycles" not in [n for n, _ in names]
+
+
+def test_doctor_reads_the_start_up_period_and_the_pause_mode_as_the_session_does(monkeypatch):
+    """At a 1 % budget cycling needs 60 s, so a 120-s period starts at 60 s, not 30 (DutyController.
+    start_period_s); a pause mode the session would refuse fails here too; a bad budget fails once."""
+    from collector.doctor import check_config
+
+    for name in ("CUDAWATCH_OFF_MODE", "CUDAWATCH_ADAPTIVE", "CUDAWATCH_WINDOW_S"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDAWATCH_PERIOD_S", "120")
+    monkeypatch.setenv("CUDAWATCH_MAX_OVERHEAD_PCT", "1")
+    assert ", at most 60 s until an on-phase traced something" in _config_check("windows").detail
+    assert "every 120 s (every 60 s until an on-phase traced something): at most 720 a day" in _config_check("CUPTI cycles").detail
+    monkeypatch.setenv("CUDAWATCH_OFF_MODE", "sometimes")
+    bad = _config_check("CUPTI cycles")
+    assert bad.status == "fail" and "CUDAWATCH_OFF_MODE='sometimes' must be one of detach, disable" in bad.detail
+    monkeypatch.delenv("CUDAWATCH_OFF_MODE")
+    monkeypatch.setenv("CUDAWATCH_MAX_OVERHEAD_PCT", "250")
+    checks = {c.name: c for c in check_config()}
+    assert checks["overhead budget"].status == "fail" and checks["windows"].status == "ok"
+    assert "until an on-phase" not in checks["windows"].detail and "CUPTI cycles" not in checks
+
+
+def test_a_pause_mode_the_collector_does_not_know_turns_it_off_with_the_variable_named(monkeypatch):
+    from cudawatch.config import ConfigError, collector_off_mode
+
+    assert collector_off_mode({}) == "detach" and collector_off_mode({"CUDAWATCH_OFF_MODE": "disable"}) == "disable"
+    with pytest.raises(ConfigError, match="CUDAWATCH_OFF_MODE='bogus'"):
+        collector_off_mode({"CUDAWATCH_OFF_MODE": "bogus"})
+    env = dict(os.environ, PYTHONPATH=str(REPO), CUDAWATCH_OFF_MODE="bogus",
+               CUDAWATCH_REPLAY=str(REPO / "tests" / "data" / "cupti" / "records.jsonl.gz"))
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([sys.executable, "-m", "cudawatch", "collect", "--job", "t", "--out", out, "--",
+                            sys.executable, "-c", "print('program ran')"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert p.returncode == 0 and "program ran" in p.stdout
+    assert "collector off" in p.stderr and "CUDAWATCH_OFF_MODE='bogus'" in p.stderr
 
 
 def test_doctor_reports_the_detach_drain_and_whether_the_fence_can_run(monkeypatch):
