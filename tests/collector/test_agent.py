@@ -212,3 +212,27 @@ def test_failed_nvml_calls_are_counted_and_exported(tmp_path, monkeypatch):
         assert _value(_scrape(port), "cudawatch_agent_nvml_errors_total", op="xid_register") == 2
     finally:
         agent.close()
+
+
+def test_a_collected_programs_cupti_cycles_reach_metrics_as_its_duty_log_counts_them(tmp_path):
+    """Through the CLI a user runs (``cudawatch collect`` on a replayed H200 capture, 2-s windows so
+    the period is 2 s), the status file's cycle count reaches /metrics and agrees with the on-phases
+    the duty log kept: one cuptiFinalize per pause, plus the stop's when it came inside an on-phase."""
+    out, duty = tmp_path / "shards", tmp_path / "duty.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
+    env.update(PYTHONPATH=str(REPO), CUDAWATCH_WINDOW_S="2", CUDAWATCH_DUTY_LOG=str(duty),
+               CUDAWATCH_REPLAY=str(REPO / "tests" / "data" / "cupti" / "records.jsonl.gz"))
+    p = subprocess.run([sys.executable, "-m", "cudawatch", "collect", "--job", "cycles", "--out", str(out), "--",
+                        sys.executable, "-c", "import time; time.sleep(7)"], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stderr
+    [status] = [json.loads(f.read_text()) for f in (out / ".status").glob("*.json")]
+    pauses = len(json.loads(duty.read_text())["rows"])
+    assert pauses >= 2 and pauses <= status["cupti_finalizes_total"] <= pauses + 1, (pauses, status)
+    agent = Agent(out, 1.0, sampler=None)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        text = _scrape(port)
+    finally:
+        agent.close()
+    assert _value(text, "cudawatch_collector_cupti_finalizes_total", job="cycles") == status["cupti_finalizes_total"]
