@@ -40,9 +40,15 @@ def test_job_label_precedence(monkeypatch):
     assert default_job(["/usr/bin/torchrun", "--nproc", "8"]) == "torchrun"
 
 
-def test_doctor_reports_each_check_and_fails_without_a_driver():
+def _env(**extra) -> dict:
+    """This environment without any CUDAWATCH_ variable: not the settings of the test's own process,
+    nor the 'warned' mark (CUDAWATCH_WARNED) an earlier in-process collector in this worker left."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
-    env["PYTHONPATH"] = str(REPO)
+    return {**env, "PYTHONPATH": str(REPO), **extra}
+
+
+def test_doctor_reports_each_check_and_fails_without_a_driver():
+    env = _env()
     p = subprocess.run([sys.executable, "-m", "cudawatch", "doctor"], capture_output=True, text=True, env=env, cwd=REPO)
     lines = p.stdout.splitlines()
     names = [line.split("] ", 1)[1].split(":")[0] for line in lines]
@@ -54,7 +60,7 @@ def test_doctor_reports_each_check_and_fails_without_a_driver():
 
 
 def test_doctor_flags_a_bad_budget():
-    env = dict(os.environ, PYTHONPATH=str(REPO), CUDAWATCH_MAX_OVERHEAD_PCT="250")
+    env = _env(CUDAWATCH_MAX_OVERHEAD_PCT="250")
     p = subprocess.run([sys.executable, "-m", "cudawatch", "doctor"], capture_output=True, text=True, env=env, cwd=REPO)
     assert p.returncode == 1 and "[fail] overhead budget" in p.stdout
 
@@ -147,7 +153,7 @@ def test_a_pause_mode_the_collector_does_not_know_turns_it_off_with_the_variable
     assert collector_off_mode({}) == "detach" and collector_off_mode({"CUDAWATCH_OFF_MODE": "disable"}) == "disable"
     with pytest.raises(ConfigError, match="CUDAWATCH_OFF_MODE='bogus'"):
         collector_off_mode({"CUDAWATCH_OFF_MODE": "bogus"})
-    env = dict(os.environ, PYTHONPATH=str(REPO), CUDAWATCH_OFF_MODE="bogus",
+    env = _env(CUDAWATCH_OFF_MODE="bogus",
                CUDAWATCH_REPLAY=str(REPO / "tests" / "data" / "cupti" / "records.jsonl.gz"))
     with tempfile.TemporaryDirectory() as out:
         p = subprocess.run([sys.executable, "-m", "cudawatch", "collect", "--job", "t", "--out", out, "--",
