@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -160,7 +161,9 @@ def test_every_window_sees_tracing_when_the_period_equals_the_window(tmp_path):
     """The analytics scale a window by 1/sampling_duty, so a window without an on-phase would read as
     no kernels. With a 1-s period in 1-s windows and a re-attach that takes 0.3 s, cycles must still
     start a period apart: had the attach time pushed each cycle later (as it did), about one window
-    in four would have had no tracing at all."""
+    in four would have had no tracing at all. Checked on the on-phases' ends (a period apart, not
+    period + attach) and on the windows; a machine busy enough to starve the collector's thread for a
+    moment may cost one window (a CI run on 2 cores did), so one untraced window is allowed."""
     code = textwrap.dedent(f"""
         import time
         from collector.session import Session
@@ -177,6 +180,8 @@ def test_every_window_sees_tracing_when_the_period_equals_the_window(tmp_path):
         s.tracer.attach = slow_attach
         time.sleep(9)
         s.stop()
+        import json
+        print(json.dumps([row[0] for row in s.duty_log]))
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAWATCH_")}
     env.update(PYTHONPATH=str(REPO), CUDAWATCH_REPLAY=str(RECORDS), CUDAWATCH_REPLAY_SPEED="8", CUDAWATCH_WINDOW_S="1")
@@ -184,9 +189,11 @@ def test_every_window_sees_tracing_when_the_period_equals_the_window(tmp_path):
     assert p.returncode == 0, p.stderr
     health = [r for f in list_shards(tmp_path, "health") for r in read_shard(f).to_pylist()]
     traced = sorted(int(r["window_start"].timestamp()) for r in health if r["sampling_duty"])
+    ends = json.loads(p.stdout.strip().splitlines()[-1])  # when each on-phase ended (the duty log)
+    assert len(ends) >= 6 and statistics.median(b - a for a, b in zip(ends, ends[1:])) < 1.1, ends
     assert len(traced) >= 7
     inner = range(traced[0], traced[-1] + 1)
-    assert [w for w in inner if w not in traced] == []
+    assert len([w for w in inner if w not in traced]) <= 1, traced
 
 
 def test_warehouse_loads_v2_health_next_to_v1_and_upgrades_an_old_table(tmp_path, zero_ts_rows):
