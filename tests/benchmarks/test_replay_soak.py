@@ -33,7 +33,7 @@ def test_every_replayed_kernel_reaches_the_shards_and_the_rss_is_sampled(tmp_pat
     # sampled before the start and at least once while it ran (how often depends on the machine's load: the
     # start alone took ~2.8 s with tracemalloc on, 2-core VM, the heap census after the 2-s mark up to ~3.8 s)
     times = [t for t, _ in res["rss"]]
-    assert times[0] == 0.0 and len(times) >= 2 and times == sorted(set(times))
+    assert times[0] == 0.0 and len(times) >= 2 and min(b - a for a, b in zip(times, times[1:])) >= 0.99  # --sample-s 1
     assert [p[0] for p in res["proc"]] == [t for t, _ in res["rss"]] and all(p[1] >= 2 and p[2] > 0 and p[3] > 0 for p in res["proc"])
     assert res["rss_after_stop_mib"] > 0 and res["rss_growth_after_2min_mib"] is None
     assert res["rss_slope_245_905_mib_per_min"] is None and res["cycles"] == cycles
