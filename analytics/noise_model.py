@@ -148,7 +148,7 @@ def _trim_factor(nu: float, k: float) -> float:
     """E[w z^2 ; |z| <= k] / P(|z| <= k) for z ~ t(nu): the EM fixed point of a scale fitted on the
     hours within k scales (1 without trimming), so the trimmed scale is consistent. A pure function of
     two constants (nu and the trim), cached: the numerical integral took ~0.1 s and every EM iteration
-    of every day's fit asked for it again (9.1 of 75 s in 32 hourly runs of an 8-GPU fleet, cProfile)."""
+    of every day's fit asked for it again (9.1 s of 75 s under cProfile, 32 hourly runs of an 8-GPU fleet)."""
     from scipy import integrate
     from scipy.stats import t as student_t
 
