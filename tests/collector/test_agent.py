@@ -23,6 +23,16 @@ def _scrape(port: int) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 
 
+def _status_metrics(root) -> str:
+    """One scrape of an agent that serves only the collector status files under ``root`` (no NVML)."""
+    agent = Agent(root, 1.0, sampler=None)
+    port = agent.serve(0, "127.0.0.1")
+    try:
+        return _scrape(port)
+    finally:
+        agent.close()
+
+
 def _value(text: str, name: str, **labels) -> float:
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
@@ -98,12 +108,7 @@ def test_collector_status_files_are_exported(tmp_path):
     (status / "h-1.json").write_text(json.dumps({"host": "h", "pid": 1, "job": "j", "ts": time.time(), "duty": 0.25,
                                                  "overhead_pct": 1.5, "budget_pct": 2.0, "dropped_records": 3}))
     (status / "h-2.json").write_text(json.dumps({"host": "h", "pid": 2, "job": "old", "ts": time.time() - 86400, "overhead_pct": 9}))
-    agent = Agent(tmp_path, 1.0, sampler=None)
-    port = agent.serve(0, "127.0.0.1")
-    try:
-        text = _scrape(port)
-    finally:
-        agent.close()
+    text = _status_metrics(tmp_path)
     assert _value(text, "cudawatch_collector_overhead_pct", job="j") == 1.5
     assert _value(text, "cudawatch_collector_sampling_duty", job="j") == 0.25
     assert _value(text, "cudawatch_collector_dropped_records", job="j") == 3
@@ -134,12 +139,7 @@ def test_collector_data_quality_is_exported_and_an_all_invalid_window_reads_erro
         "records_valid_total": agg.valid_total, "records_invalid_total": {"zero_timestamp": agg.invalid_zero_ts, "end_before_start": 0},
         "dropped_records_total": 0, "collector_errors_total": 0, "window_quality": quality_of(w),
         "cupti_host_buffers_held_max": 7, "cupti_finalizes_total": 31}))
-    agent = Agent(tmp_path, 1.0, sampler=None)
-    port = agent.serve(0, "127.0.0.1")
-    try:
-        text = _scrape(port)
-    finally:
-        agent.close()
+    text = _status_metrics(tmp_path)
     assert _value(text, "cudawatch_collector_records_delivered_total", job="j") == len(bad) == 1500
     assert _value(text, "cudawatch_collector_records_valid_total", job="j") == 0
     assert _value(text, "cudawatch_collector_records_invalid_total", job="j", reason="zero_timestamp") == 1500
@@ -229,10 +229,5 @@ def test_a_collected_programs_cupti_cycles_reach_metrics_as_its_duty_log_counts_
     [status] = [json.loads(f.read_text()) for f in (out / ".status").glob("*.json")]
     pauses = len(json.loads(duty.read_text())["rows"])
     assert pauses >= 2 and pauses <= status["cupti_finalizes_total"] <= pauses + 1, (pauses, status)
-    agent = Agent(out, 1.0, sampler=None)
-    port = agent.serve(0, "127.0.0.1")
-    try:
-        text = _scrape(port)
-    finally:
-        agent.close()
+    text = _status_metrics(out)
     assert _value(text, "cudawatch_collector_cupti_finalizes_total", job="cycles") == status["cupti_finalizes_total"]
