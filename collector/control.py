@@ -106,6 +106,12 @@ class DutyController:
             initial_duty = self._target(F_ON_PRIOR)
         self.duty = max(self.min_duty, min(1.0, initial_duty))
 
+    @classmethod
+    def for_timing(cls, budget_pct: float, timing) -> "DutyController":
+        """The controller a session runs with ``timing`` (a ``cudawatch.config.CollectorTiming``): its
+        shortest and longest control period; ``cudawatch doctor`` builds the same one."""
+        return cls(budget_pct, min_period_s=timing.min_period_s, max_period_s=timing.max_period_s)
+
     def note_cycle(self, seconds: float) -> None:
         """Record the measured time of one pause (detach) + resume (attach)."""
         seconds = max(seconds, self.cycle_floor_s)

@@ -133,7 +133,7 @@ def check_config() -> list[Check]:
         """The timing and, with a valid budget (else its own line fails), the session's controller."""
         t = CollectorTiming.from_env()
         ok = budget.status == "ok"
-        return t, DutyController(max_overhead_pct(), min_period_s=t.min_period_s, max_period_s=t.max_period_s) if ok else None
+        return t, DutyController.for_timing(max_overhead_pct(), t) if ok else None
 
     def windows() -> str:
         t, ctl = controller()

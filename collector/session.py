@@ -75,7 +75,7 @@ class Session:
         self.active = False
         self.reason: str | None = None
         self.stopped = False
-        self.controller = DutyController(self.budget_pct, min_period_s=self.period_s, max_period_s=timing.max_period_s)
+        self.controller = DutyController.for_timing(self.budget_pct, timing)
         self._stop_evt = threading.Event()
         self._detach_left = False  # stop() ran: the thread detaches at its end if still attached (stop() found it in CUPTI)
         self._thread: threading.Thread | None = None
