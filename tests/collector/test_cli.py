@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 import typer
@@ -95,11 +94,8 @@ def test_doctor_reports_the_windows_and_fails_a_period_longer_than_the_window(mo
 
 
 def test_doctor_reports_the_gpu_memory_the_cycles_keep_a_day(monkeypatch):
-    for name in ("CUDAWATCH_OFF_MODE", "CUDAWATCH_ADAPTIVE"):
+    for name in ("CUDAWATCH_OFF_MODE", "CUDAWATCH_ADAPTIVE", "CUDAWATCH_WINDOW_S", "CUDAWATCH_MAX_OVERHEAD_PCT", "CUDAWATCH_PERIOD_S"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("CUDAWATCH_WINDOW_S", raising=False)
-    monkeypatch.delenv("CUDAWATCH_MAX_OVERHEAD_PCT", raising=False)
-    monkeypatch.delenv("CUDAWATCH_PERIOD_S", raising=False)
     c = _config_check("CUPTI cycles")  # the default: 30 s, 2,880 cycles x 0.586 MiB
     assert c.status == "ok" and c.detail.startswith("one detach/attach cycle every 30 s: at most 2,880 a day, keeping ~1,688 MiB")
     monkeypatch.setenv("CUDAWATCH_PERIOD_S", "300")
@@ -147,7 +143,7 @@ def test_doctor_reads_the_start_up_period_and_the_pause_mode_as_the_session_does
     assert "until an on-phase" not in checks["windows"].detail and "CUPTI cycles" not in checks
 
 
-def test_a_pause_mode_the_collector_does_not_know_turns_it_off_with_the_variable_named(monkeypatch):
+def test_a_pause_mode_the_collector_does_not_know_turns_it_off_with_the_variable_named(tmp_path):
     from cudawatch.config import ConfigError, collector_off_mode
 
     assert collector_off_mode({}) == "detach" and collector_off_mode({"CUDAWATCH_OFF_MODE": "disable"}) == "disable"
@@ -155,9 +151,8 @@ def test_a_pause_mode_the_collector_does_not_know_turns_it_off_with_the_variable
         collector_off_mode({"CUDAWATCH_OFF_MODE": "bogus"})
     env = _env(CUDAWATCH_OFF_MODE="bogus",
                CUDAWATCH_REPLAY=str(REPO / "tests" / "data" / "cupti" / "records.jsonl.gz"))
-    with tempfile.TemporaryDirectory() as out:
-        p = subprocess.run([sys.executable, "-m", "cudawatch", "collect", "--job", "t", "--out", out, "--",
-                            sys.executable, "-c", "print('program ran')"], capture_output=True, text=True, env=env, cwd=REPO)
+    p = subprocess.run([sys.executable, "-m", "cudawatch", "collect", "--job", "t", "--out", str(tmp_path), "--",
+                        sys.executable, "-c", "print('program ran')"], capture_output=True, text=True, env=env, cwd=REPO)
     assert p.returncode == 0 and "program ran" in p.stdout
     assert "collector off" in p.stderr and "CUDAWATCH_OFF_MODE='bogus'" in p.stderr
 
