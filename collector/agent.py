@@ -81,25 +81,16 @@ class _CollectorStatus:
         now = time.time()
         unreadable = 0
         for f in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
-            try:
+            try:  # every sample of a file is read before any is added: a bad value drops the file, not the scrape
                 s = json.loads(f.read_text())
-            except (OSError, ValueError):  # torn or foreign file: counted below, the others still export
-                unreadable += 1
+                if now - float(s.get("ts", 0)) > self.stale_s:
+                    continue
+                samples = self._samples(s, fams, counters, invalid, quality)
+            except (OSError, ValueError, TypeError, AttributeError):  # torn, foreign or wrong-typed file:
+                unreadable += 1  # counted below, the others still export
                 continue
-            if now - float(s.get("ts", 0)) > self.stale_s:
-                continue
-            lv = [str(s.get("host", "")), str(s.get("pid", "")), str(s.get("job", ""))]
-            for key, fam in fams.items():
-                if s.get(key) is not None:
-                    fam.add_metric(lv, float(s[key]))
-            for key, fam in counters.items():
-                if s.get(key) is not None:
-                    fam.add_metric(lv, float(s[key]))
-            for reason, v in (s.get("records_invalid_total") or {}).items():
-                invalid.add_metric(lv + [str(reason)], float(v))
-            if s.get("window_quality"):
-                for q in ("ok", "degraded", "error", "idle"):
-                    quality.add_metric(lv + [q], 1.0 if s["window_quality"] == q else 0.0)
+            for fam, lv, value in samples:
+                fam.add_metric(lv, value)
         yield from fams.values()
         yield from counters.values()
         yield invalid
@@ -107,6 +98,16 @@ class _CollectorStatus:
         bad = GaugeMetricFamily("cudawatch_agent_status_files_unreadable", "Collector status files that could not be read.")
         bad.add_metric([], float(unreadable))
         yield bad
+
+    @staticmethod
+    def _samples(s: dict, fams: dict, counters: dict, invalid, quality) -> list:
+        """(family, labels, value) for one status file; raises on a value that is not a number."""
+        lv = [str(s.get("host", "")), str(s.get("pid", "")), str(s.get("job", ""))]
+        out = [(fam, lv, float(s[key])) for group in (fams, counters) for key, fam in group.items() if s.get(key) is not None]
+        out += [(invalid, lv + [str(reason)], float(v)) for reason, v in (s.get("records_invalid_total") or {}).items()]
+        if s.get("window_quality"):
+            out += [(quality, lv + [q], 1.0 if s["window_quality"] == q else 0.0) for q in ("ok", "degraded", "error", "idle")]
+        return out
 
 
 class _NvmlErrors:

@@ -231,3 +231,20 @@ def test_a_collected_programs_cupti_cycles_reach_metrics_as_its_duty_log_counts_
     assert pauses >= 2 and pauses <= status["cupti_finalizes_total"] <= pauses + 1, (pauses, status)
     text = _status_metrics(out)
     assert _value(text, "cudawatch_collector_cupti_finalizes_total", job="cycles") == status["cupti_finalizes_total"]
+
+
+def test_a_status_file_with_a_wrong_typed_value_is_counted_unreadable_and_the_others_still_export(tmp_path):
+    """Valid JSON but not a collector's status (a value that is not a number, a list): before, one such
+    file made every scrape fail with HTTP 500, so no collector's metrics reached Prometheus."""
+    status = tmp_path / ".status"
+    status.mkdir()
+    (status / "h-1.json").write_text(json.dumps({"host": "h", "pid": 1, "job": "good", "ts": time.time(), "overhead_pct": 1.5,
+                                                 "cupti_finalizes_total": 3}))
+    (status / "h-2.json").write_text(json.dumps({"host": "h", "pid": 2, "job": "bad", "ts": time.time(), "overhead_pct": 0.5,
+                                                 "cupti_finalizes_total": "many"}))
+    (status / "h-3.json").write_text(json.dumps([1, 2, 3]))
+    text = _status_metrics(tmp_path)
+    assert _value(text, "cudawatch_collector_overhead_pct", job="good") == 1.5
+    assert _value(text, "cudawatch_collector_cupti_finalizes_total", job="good") == 3
+    assert 'job="bad"' not in text  # none of the bad file's samples, not even its good ones
+    assert _value(text, "cudawatch_agent_status_files_unreadable") == 2
