@@ -52,6 +52,7 @@ def detect_regressions(con, as_of: dt.datetime, config: DetectConfig | None = No
         stored = fleet_thresholds.current(con, online.model_version(config.seq, config.seq_min_history))
         config = replace(config, thresholds=stored or sq.DEFAULT_THRESHOLDS)
     events.ensure_tables(con)
+    noise_cache.ensure_tables(con)
     as_of = hour_floor(as_of)
     existing = events.known_events(con, as_of, config.lookback_hours)
     long_h = max(config.lookback_hours, online.lookback_hours(config.seq))
@@ -112,7 +113,6 @@ def _sequential_steps(con, mat, keys: list[str], as_of: dt.datetime, config: Det
     Step (index into ``mat``) or none. p_value: exp(-GLR), the likelihood-ratio bound. The day's
     noise model comes from the ``noise_models`` cache (fitted and stored by the day's first run)."""
     version = online.cache_version(config.seq, config.seq_min_history, config.seq_young_history)
-    noise_cache.ensure_tables(con)
     cached = noise_cache.load_day(con, mat.spec.name, as_of.date(), version)
     rows, model, store = online.day_model(mat.values, keys, as_of.hour, cached, bad=mat.spec.bad, config=config.seq,
                                           min_history=config.seq_min_history, young_history=config.seq_young_history)

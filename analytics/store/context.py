@@ -186,54 +186,66 @@ def _devices(con, gpus: list[str], start, mid, end) -> tuple[dict, dict]:
 
 
 def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, dict]:
-    """Per side: per-GPU kernel totals, hours, busy and wall seconds, other jobs, health counters."""
+    """Per side: per-GPU kernel totals, hours, busy and wall seconds, other jobs, health counters.
+
+    Each of the job's aggregates comes from one scan of its rows (GROUPING SETS: per side, per side
+    and GPU or kernel, per side and hour), the other jobs' from one more."""
     params = [mid, job, start, end]
     where = "job = ? AND window_start >= ? AND window_start < ?"
-    gk = ({}, {})
-    for side, g, k, n, t in con.execute(
-            f"SELECT window_start >= ?, gpu_uuid, kernel_id, sum(launches / {_DUTY}), sum(total_ns / {_DUTY}) "
-            f"FROM kernels WHERE {where} AND gpu_uuid IS NOT NULL GROUP BY ALL", params).fetchall():
-        gk[1 if side else 0][(g, k)] = (float(n or 0), float(t or 0))
-    busy = _sides(con.execute(
-        f"SELECT window_start >= ?, count(DISTINCT date_trunc('hour', window_start)), sum(total_ns / {_DUTY}) / 1e9 "
-        f"FROM kernels WHERE {where} GROUP BY ALL", params).fetchall())
-    wall = _sides(con.execute(
-        f"SELECT side, sum(window_s) FROM (SELECT DISTINCT window_start >= ? AS side, run_id, pid, gpu_uuid, window_start, "
-        f"window_s FROM kernels WHERE {where}) GROUP BY ALL", params).fetchall())
-    other = _sides(con.execute(
-        f"SELECT window_start >= ?, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) FROM kernels "
-        f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? GROUP BY ALL",
-        [mid, gpus, job, start, end]).fetchall())
-    gpu_other: tuple[dict, dict] = ({}, {})
-    for side, g, b in con.execute(
-            f"SELECT window_start >= ?, gpu_uuid, sum(total_ns / {_DUTY}) / 1e9 FROM kernels "
-            f"WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? GROUP BY ALL",
-            [mid, gpus, job, start, end]).fetchall():
-        gpu_other[1 if side else 0][g] = float(b or 0)
-    gpu_wall: tuple[dict, dict] = ({}, {})
-    for side, g, w in con.execute(
-            f"SELECT side, gpu_uuid, sum(window_s) FROM (SELECT DISTINCT window_start >= ? AS side, run_id, pid, gpu_uuid, "
-            f"window_start, window_s FROM kernels WHERE {where} AND gpu_uuid IS NOT NULL) GROUP BY ALL", params).fetchall():
-        gpu_wall[1 if side else 0][g] = float(w or 0)
+    # Launches and kernel time: per side, per (side, GPU, kernel), per (side, hour).
+    gk: tuple[dict, dict] = ({}, {})
+    busy_s, hours = [0.0, 0.0], [0, 0]
     hourly: tuple[dict, dict] = ({}, {})
-    for side, hour, b, n in con.execute(
-            f"SELECT window_start >= ?, date_trunc('hour', window_start), sum(total_ns / {_DUTY}) / 1e9, sum(launches / {_DUTY}) "
-            f"FROM kernels WHERE {where} GROUP BY ALL", params).fetchall():
-        hourly[1 if side else 0][_utc(hour)] = [float(b or 0), 0.0, float(n or 0)]
-    for side, hour, w in con.execute(
-            f"SELECT side, hour, sum(window_s) FROM (SELECT DISTINCT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, "
-            f"run_id, pid, gpu_uuid, window_start, window_s FROM kernels WHERE {where}) GROUP BY ALL", params).fetchall():
-        hourly[1 if side else 0].setdefault(_utc(hour), [0.0, 0.0, 0.0])[1] = float(w or 0)
+    for side, set_, g, k, hour, n, t in con.execute(
+            f"SELECT side, GROUPING(gpu_uuid, kernel_id, hour), gpu_uuid, kernel_id, hour, sum(n), sum(t) FROM "
+            f"(SELECT window_start >= ? AS side, gpu_uuid, kernel_id, date_trunc('hour', window_start) AS hour, "
+            f"launches / {_DUTY} AS n, total_ns / {_DUTY} AS t FROM kernels WHERE {where}) "
+            f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid, kernel_id), (side, hour))", params).fetchall():
+        i = 1 if side else 0
+        if set_ == 0b111:
+            busy_s[i] = float(t or 0) / 1e9
+        elif set_ == 0b001:
+            if g is not None:
+                gk[i][(g, k)] = (float(n or 0), float(t or 0))
+        else:
+            hours[i] += 1
+            hourly[i][_utc(hour)] = [float(t or 0) / 1e9, 0.0, float(n or 0)]
+    # Observed wall seconds (each window once): per side, per (side, GPU), per (side, hour).
+    wall_s = [0.0, 0.0]
+    gpu_wall: tuple[dict, dict] = ({}, {})
+    for side, set_, g, hour, w in con.execute(
+            f"SELECT side, GROUPING(gpu_uuid, hour), gpu_uuid, hour, sum(window_s) FROM "
+            f"(SELECT DISTINCT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, run_id, pid, gpu_uuid, "
+            f"window_start, window_s FROM kernels WHERE {where}) "
+            f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid), (side, hour))", params).fetchall():
+        i = 1 if side else 0
+        if set_ == 0b11:
+            wall_s[i] = float(w or 0)
+        elif set_ == 0b01:
+            if g is not None:
+                gpu_wall[i][g] = float(w or 0)
+        else:
+            hourly[i].setdefault(_utc(hour), [0.0, 0.0, 0.0])[1] = float(w or 0)
+    # Other jobs' kernel time on the job's GPUs: per side (and how many jobs), per (side, GPU).
+    other = [(0.0, 0), (0.0, 0)]
+    gpu_other: tuple[dict, dict] = ({}, {})
+    for side, all_gpus, g, b, jobs in con.execute(
+            f"SELECT window_start >= ? AS side, GROUPING(gpu_uuid), gpu_uuid, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) "
+            f"FROM kernels WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? "
+            f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid))", [mid, gpus, job, start, end]).fetchall():
+        i = 1 if side else 0
+        if all_gpus:
+            other[i] = (float(b or 0), int(jobs))
+        else:
+            gpu_other[i][g] = float(b or 0)
     health = _sides(con.execute(f"SELECT window_start >= ?, sum(records), sum(dropped_records) FROM health WHERE {where} GROUP BY ALL",
                                 params).fetchall())
     out = []
     for i in (0, 1):
-        hours, busy_s = busy[i].get(None, (0, 0.0))
-        other_s, other_jobs = other[i].get(None, (0.0, 0))
         records, dropped = health[i].get(None, (0, 0))
-        out.append({"gpu_kernels": gk[i], "hours": int(hours), "busy_s": float(busy_s or 0),
-                    "wall_s": float((wall[i].get(None) or (0,))[0] or 0), "other_busy_s": float(other_s or 0),
-                    "other_jobs": int(other_jobs), "records": int(records or 0), "dropped_records": int(dropped or 0),
+        out.append({"gpu_kernels": gk[i], "hours": hours[i], "busy_s": busy_s[i], "wall_s": wall_s[i],
+                    "other_busy_s": other[i][0], "other_jobs": other[i][1],
+                    "records": int(records or 0), "dropped_records": int(dropped or 0),
                     "gpu_wall_s": gpu_wall[i], "gpu_other_busy_s": gpu_other[i],
                     "hourly_busy_s": {h: v[0] for h, v in hourly[i].items()},
                     "hourly_wall_s": {h: v[1] for h, v in hourly[i].items()},
