@@ -114,6 +114,9 @@ class DetachFinalizer:
         self.by_timeout = 0  # callback mode: no API exit within timeout_s, finalized on the collector's thread
         self.fallback = 0  # callback mode: subscribing/enabling failed, finalized on the collector's thread
         self.errors = 0  # failed cuptiUnsubscribe calls (the finalize still ran), failed callbacks, failed finalizes
+        # cuptiFinalize calls that returned, wherever they ran: also one that returned after the collector's
+        # thread stopped waiting for it (each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory)
+        self.completed = 0
         self.last_fallback: str | None = None
         self.last_error: str | None = None
         self._unraised: list[str] = []  # failures the finalize survived, for the window's health (take_unraised)
@@ -126,7 +129,7 @@ class DetachFinalizer:
 
     def summary(self) -> dict:
         """Where the finalizes ran so far, for benchmarks and logs."""
-        return {"mode": self.mode, "in_thread": self.in_thread, "in_callback": self.in_callback,
+        return {"mode": self.mode, "completed": self.completed, "in_thread": self.in_thread, "in_callback": self.in_callback,
                 "by_timeout": self.by_timeout, "fallback": self.fallback, "errors": self.errors,
                 "last_fallback": self.last_fallback, "last_error": self.last_error}
 
@@ -150,6 +153,7 @@ class DetachFinalizer:
 
         if self.mode == "thread":
             cupti.finalize()
+            self.completed += 1
             self.in_thread += 1
             return "thread"
         try:
@@ -225,6 +229,7 @@ class DetachFinalizer:
             self._unsubscribe(rnd.cupti, rnd.handle)
             rnd.started = True
             rnd.cupti.finalize()
+            self.completed += 1
             self.in_callback += 1
         except BaseException as exc:  # raised again (or finalized) on the collector's thread
             self.errors += 1
@@ -264,6 +269,7 @@ class DetachFinalizer:
             if handle is not None:
                 self._unsubscribe(cupti, handle)
             cupti.finalize()
+            self.completed += 1
         except BaseException as exc:
             self.errors += 1
             self.last_error = f"{what}: {_why(exc)}"

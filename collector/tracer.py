@@ -111,9 +111,6 @@ class CuptiTracer:
         self.attached = False
         self.enabled = False
         self.detach_errors = 0  # failures a detach survived (finalize, fence), counted in health
-        # cuptiFinalize calls that returned (each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory); one that
-        # raised is not counted, even where CUPTI was finalized before the raise (an interrupted wait)
-        self.finalizes = 0
         self.trims = 0  # detaches after which malloc_trim returned memory to the OS
         # held by calls that reach CUPTI or the driver (``_busy``); re-entrant, so its owner's own
         # non-blocking acquire succeeds: Session.stop is never reached from inside a tracer call
@@ -121,6 +118,13 @@ class CuptiTracer:
         self._lock = threading.Lock()
         self._dump = gzip.open(dump_path, "wt") if dump_path else None
         self._dump_left = dump_max
+
+    @property
+    def finalizes(self) -> int:
+        """``cuptiFinalize`` calls that returned (each keeps ~FINALIZE_KEEPS_GPU_MIB of GPU memory): the
+        finalizer's count, so one that returned in an API callback after ``detach`` stopped waiting for
+        it (and raised) is counted too, and one that raised is not."""
+        return self.finalizer.completed
 
     # ---- CUPTI callbacks -----------------------------------------------------------------
     def _requested(self):
@@ -257,7 +261,6 @@ class CuptiTracer:
                     try:
                         self.finalizer.finalize()
                         finalized = True
-                        self.finalizes += 1
                     finally:
                         # failures it survived (or that an interrupt masks) count in this window's health
                         for what in [f"finalize: {w}" for w in self.finalizer.take_unraised()] + self.drain.take_errors():

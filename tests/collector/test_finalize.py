@@ -31,7 +31,7 @@ def test_thread_is_the_default_and_callback_is_opt_in(monkeypatch):
     monkeypatch.setenv("CUDAWATCH_FINALIZE", "callback")
     f = DetachFinalizer()
     assert f.mode == "callback" and f.timeout_s == DEFAULT_TIMEOUT_S
-    assert f.summary() == {"mode": "callback", "in_thread": 0, "in_callback": 0, "by_timeout": 0, "fallback": 0,
+    assert f.summary() == {"mode": "callback", "completed": 0, "in_thread": 0, "in_callback": 0, "by_timeout": 0, "fallback": 0,
                            "errors": 0, "last_fallback": None, "last_error": None}
 
 
@@ -268,7 +268,7 @@ def test_a_late_callback_of_an_old_generation_cannot_complete_a_new_round(fake_c
     app = _application(fake_cupti, entered, "old-app")  # its first API exit while armed claims round 1
     with pytest.raises(RuntimeError, match="did not return"):
         f.finalize()
-    assert entered.is_set()
+    assert entered.is_set() and f.completed == 0  # started, not returned: not (yet) a finalize done
     result = {}
     r2 = threading.Thread(target=lambda: result.update(how=f.finalize()), name="collector")
     r2.start()
@@ -282,6 +282,9 @@ def test_a_late_callback_of_an_old_generation_cannot_complete_a_new_round(fake_c
     s = f.summary()
     assert s["in_callback"] == 1 and s["by_timeout"] == 1
     assert fake_cupti.finalized_on == ["old-app", "collector"]
+    # round 1's finalize returned after its detach had raised: counted once it returned (the tracer's
+    # ``finalizes``, the status file's cupti_finalizes_total, read this count)
+    assert s["completed"] == 2
 
 
 def test_ctrl_c_in_the_wait_finalizes_before_it_propagates(fake_cupti):
@@ -384,3 +387,4 @@ def test_a_callback_failing_after_the_collector_stopped_waiting_is_handed_on(fak
     app.join(5)
     unraised = f.take_unraised()
     assert len(unraised) == 1 and "after the collector stopped waiting" in unraised[0] and "status 13" in unraised[0]
+    assert f.completed == 0  # it failed: no finalize done
