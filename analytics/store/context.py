@@ -10,6 +10,7 @@ import datetime as dt
 
 from analytics.context import THROTTLE_MASK, DeviceStats, KernelStats, MemcpyStats, RegressionContext, Window
 from analytics.results import Regression
+from analytics.store.regressions import has_table
 from analytics.store.schema import DUTY, SIGNATURE
 
 #: Windows are never clipped below this many hours by a neighbouring event.
@@ -49,8 +50,7 @@ def load_context(con, regression: Regression, hours: int = 24, *, clip: bool = T
 
 def _clip(con, job: str, gpus: list[str], onset: dt.datetime, start: dt.datetime, end: dt.datetime):
     """Window bounds cut at the nearest other regressions of the job or its GPUs (if the table exists)."""
-    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'regressions'").fetchone()[0]
-    if not has:
+    if not has_table(con, "regressions"):
         return start, end
     onsets = [_utc(r[0]) for r in con.execute(
         "SELECT DISTINCT onset FROM regressions WHERE (job = ? OR gpu_uuid IN (SELECT unnest(?::VARCHAR[]))) "
