@@ -164,14 +164,16 @@ def test_the_default_soak_stays_inside_32_mib_and_loses_nothing(loop, growth_mib
     assert (S23 / "sk" / f"{loop}.rc").read_text().strip() == "0"
 
 
-def _window_writes(train: dict, duty_log: dict, period_s: int, window_s: int, n: int = 2) -> list[float]:
+def _window_writes(train: dict, duty_log: dict, window_s: int, n: int = 2) -> list[float]:
     """When the collector wrote its first ``n`` windows, in seconds from the program's start: the spool
-    writes a window a grace after it ends (``collector.spool.grace_s``), at the end of an on-phase."""
+    writes a window a grace after it ends (``collector.spool.grace_s`` of the period then in force: the
+    duty log's ``period_s``, which is 30 s until an on-phase has traced something), at the end of an on-phase."""
     from collector.spool import grace_s
 
-    offs = [r[0] for r in duty_log["rows"]]
-    end = math.ceil(offs[0] / window_s) * window_s
-    return [next(o for o in offs if o >= end + k * window_s + grace_s(period_s)) - train["t0"] for k in range(n)]
+    at = duty_log["fields"].index("period_s")
+    rows = [(r[0], r[at]) for r in duty_log["rows"]]
+    end = math.ceil(rows[0][0] / window_s) * window_s
+    return [next(o for o, period in rows if o >= end + k * window_s + grace_s(period)) - train["t0"] for k in range(n)]
 
 
 def _growth_away_from(rss, times, after_s=120.0, margin_s=5.0) -> float:
@@ -188,7 +190,7 @@ def test_a_longer_period_keeps_less_gpu_memory_and_its_rss_steps_are_its_first_w
     gpu = {p: soak.gpu_memory(samples, train[p]["pid"]) for p in runs}
     assert [gpu[p]["growth_mib"] for p in (30, 60, 120)] == [16, 10, 6]  # 2 MiB about every 4 cuptiFinalize cycles
     assert all({d for _, d in g["changes_at_s_mib"]} == {2} for g in gpu.values())
-    writes = {p: _window_writes(train[p], json.loads((S23 / d).read_text()), p, w) for p, (_, d, w) in runs.items()}
+    writes = {p: _window_writes(train[p], json.loads((S23 / d).read_text()), w) for p, (_, d, w) in runs.items()}
     assert [round(t) for t in writes[30]] == [113, 173] and [round(t) for t in writes[60]] == [173, 232]
     assert [round(t) for t in writes[120]] == [355, 475]  # at 60 and 120 s after the 2-minute mark, at 30 s before
     growth = {p: soak.growth_after_2min(train[p]["rss"])[0] for p in runs}
