@@ -153,7 +153,7 @@ class DetachFinalizer:
 
         if self.mode == "thread":
             cupti.finalize()
-            self.completed += 1
+            self._completed()
             self.in_thread += 1
             return "thread"
         try:
@@ -229,7 +229,7 @@ class DetachFinalizer:
             self._unsubscribe(rnd.cupti, rnd.handle)
             rnd.started = True
             rnd.cupti.finalize()
-            self.completed += 1
+            self._completed()
             self.in_callback += 1
         except BaseException as exc:  # raised again (or finalized) on the collector's thread
             self.errors += 1
@@ -245,6 +245,12 @@ class DetachFinalizer:
                 rnd.done.set()
 
     # ---- helpers -------------------------------------------------------------------------
+    def _completed(self) -> None:
+        """Count a ``cuptiFinalize`` that returned; under the lock, since a late callback's may return
+        on an application thread while the collector's thread finalizes the next round."""
+        with self._lock:
+            self.completed += 1
+
     def _unsubscribe(self, cupti, handle) -> None:
         """Unsubscribe before finalizing (as kineto does); a failure is counted and the finalize still
         runs (it ends every subscription: CUPTI's cupti_finalize sample subscribes again after each)."""
@@ -269,7 +275,7 @@ class DetachFinalizer:
             if handle is not None:
                 self._unsubscribe(cupti, handle)
             cupti.finalize()
-            self.completed += 1
+            self._completed()
         except BaseException as exc:
             self.errors += 1
             self.last_error = f"{what}: {_why(exc)}"
