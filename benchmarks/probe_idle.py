@@ -7,15 +7,20 @@ flush while attached is not one (it strips timestamps). The candidate: CUPTI ask
 (the tracer's ``buffers_requested``) only when it has a record to store. This probe checks, with the
 product's ``collector.tracer.CuptiTracer`` and its traced kinds:
 
-  1. ``requested``: buffers requested after an attach with no CUDA work for ``--idle-s`` (the
-     candidate needs 0), after CUDA calls that launch nothing (``synchronize``, a host allocation),
-     and after one kernel launch (it needs at least 1, before any flush).
-  2. ``memory``: the process's GPU memory (nvidia-smi) over ``--cycles`` idle disable/enable rounds
-     that never finalize, then over as many idle attach/detach rounds that do (the known leak), in
-     the same process.
-  3. ``launch``: launches a second on the launch-bound loop detached, attached with the kinds
-     disabled (what a process that stayed attached through its idle time would pay for one period
-     once work comes back) and traced, each for ``--launch-s`` seconds.
+  1. ``requested``: buffers requested after an attach with no CUDA work for ``--idle-s``, after CUDA
+     calls that launch nothing (``synchronize``, a pinned host allocation) and after an unforced
+     flush (the candidate needs 0 at all of these); then after one kernel launch, read at once, after
+     ``--idle-s`` and after an unforced flush, which is when the collector would read it (it needs
+     more than before the launch at that last reading).
+  2. ``memory``: the process's GPU memory (nvidia-smi) and RSS over ``--cycles`` idle disable/enable
+     rounds that never finalize, then over as many idle attach/detach rounds that do (the known
+     GPU leak), in the same process. One attach on a busy LM kept GPU memory flat but grew RSS 4.6
+     MiB a minute (docs/benchmarks.md §21); whether an idle one grows is the question here.
+  3. ``launch``: launches a second on the launch-bound loop detached and attached with the kinds
+     disabled (what a process that stayed attached through its idle time would pay once work comes
+     back, until its next on-phase), ``--reps`` times alternating, each for ``--launch-s`` seconds;
+     each attached sample against the mean of its two detached neighbours (the loop's untraced rate
+     drifts within a run, §22).
 
     python3 benchmarks/probe_idle.py --json probe_idle.json
 
@@ -32,21 +37,31 @@ import time
 
 
 def gpu_mib(pid: int) -> int | None:
-    """This process's GPU memory in MiB as nvidia-smi reports it (None when it is not listed)."""
+    """This process's GPU memory in MiB as nvidia-smi reports it (None when it is not listed or not a number)."""
     out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
-        p, used = (x.strip() for x in line.split(","))
-        if int(p) == pid:
-            return int(used)
+        fields = [x.strip() for x in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid):
+            return int(fields[1]) if fields[1].isdigit() else None
     return None
+
+
+def rss_mib() -> float:
+    """This process's resident set (VmRSS) in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--idle-s", type=float, default=2.0)
     ap.add_argument("--cycles", type=int, default=60)
-    ap.add_argument("--launch-s", type=float, default=3.0)
+    ap.add_argument("--launch-s", type=float, default=2.0)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -79,37 +94,45 @@ def main() -> None:
     x.add_(1.0)
     torch.cuda.synchronize()
     req["after_one_launch"] = tracer.buffers_requested
+    time.sleep(args.idle_s)
+    req["after_one_launch_and_idle"] = tracer.buffers_requested
+    tracer.flush(force=False)
+    req["after_one_launch_and_unforced_flush"] = tracer.buffers_requested
     tracer.detach()
     req["records_of_the_launch"] = tracer.kernels
     req["idle_s"] = args.idle_s
-    req["signal_works"] = (req["after_calls_without_launch"] == 0 and req["after_one_launch"] >= 1)
+    req["signal_works"] = (req["after_unforced_flush"] == 0
+                           and req["after_one_launch_and_unforced_flush"] > req["after_unforced_flush"])
     report("requested", req)
 
-    # 2. GPU memory: idle rounds that keep CUPTI attached (disable/enable) against rounds that finalize.
+    # 2. GPU memory and RSS: idle rounds that keep CUPTI attached (disable/enable) against rounds that finalize.
     mem: dict = {"cycles": args.cycles}
     tracer.attach()
-    mem["keep_attached_mib"] = [gpu_mib(pid)]
+    mem["keep_attached_mib"], mem["keep_attached_rss_mib"] = [gpu_mib(pid)], [rss_mib()]
     for _ in range(args.cycles):
         tracer.disable()
         time.sleep(0.02)
         tracer.enable()
         time.sleep(0.02)
     mem["keep_attached_mib"].append(gpu_mib(pid))
+    mem["keep_attached_rss_mib"].append(rss_mib())
     mem["keep_attached_requested"] = tracer.buffers_requested
     tracer.detach()
-    mem["finalize_mib"] = [gpu_mib(pid)]
+    finalizes0 = tracer.finalizes
+    mem["finalize_mib"], mem["finalize_rss_mib"] = [gpu_mib(pid)], [rss_mib()]
     for _ in range(args.cycles):
         tracer.attach()
         time.sleep(0.02)
         tracer.detach()
     mem["finalize_mib"].append(gpu_mib(pid))
-    mem["finalizes"] = tracer.finalizes
+    mem["finalize_rss_mib"].append(rss_mib())
+    mem["finalizes_in_finalize_rounds"] = tracer.finalizes - finalizes0
     for k in ("keep_attached_mib", "finalize_mib"):
         a, b = mem[k]
         mem[k.replace("_mib", "_per_cycle_mib")] = None if a is None or b is None else (b - a) / args.cycles
     report("memory", mem)
 
-    # 3. Launch rate: detached, attached with the kinds disabled, traced.
+    # 3. Launch rate attached with the kinds disabled, each sample between two detached ones.
     def rate() -> float:
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < args.launch_s:
@@ -120,16 +143,16 @@ def main() -> None:
         return n / (time.perf_counter() - t0)
 
     rate()  # warm-up
-    launch = {"detached_per_s": rate()}
-    tracer.attach()
-    tracer.disable()
-    launch["attached_disabled_per_s"] = rate()
-    tracer.enable()
-    launch["traced_per_s"] = rate()
-    tracer.detach()
-    launch["detached_again_per_s"] = rate()
-    launch["attached_disabled_cost"] = launch["detached_per_s"] / launch["attached_disabled_per_s"] - 1
-    report("launch", launch)
+    detached, attached = [rate()], []
+    for _ in range(args.reps):
+        tracer.attach()
+        tracer.disable()
+        attached.append(rate())
+        tracer.detach()
+        detached.append(rate())
+    costs = [(detached[i] + detached[i + 1]) / 2 / a - 1 for i, a in enumerate(attached)]
+    report("launch", {"detached_per_s": detached, "attached_disabled_per_s": attached,
+                      "attached_disabled_cost": costs, "launch_s": args.launch_s})
 
     if args.json:
         with open(args.json, "w") as f:

@@ -188,8 +188,9 @@ def _devices(con, gpus: list[str], start, mid, end) -> tuple[dict, dict]:
 def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, dict]:
     """Per side: per-GPU kernel totals, hours, busy and wall seconds, other jobs, health counters.
 
-    Each of the job's aggregates comes from one scan of its rows (GROUPING SETS: per side, per side
-    and GPU or kernel, per side and hour), the other jobs' from one more."""
+    Four queries: the job's launch and time sums and its distinct windows, each with GROUPING SETS
+    (per side, per side and GPU or kernel, per side and hour); the other jobs' time on its GPUs (per
+    side, per side and GPU); health."""
     params = [mid, job, start, end]
     where = "job = ? AND window_start >= ? AND window_start < ?"
     # Launches and kernel time: per side, per (side, GPU, kernel), per (side, hour).

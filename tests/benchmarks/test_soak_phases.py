@@ -182,6 +182,17 @@ def _growth_away_from(rss, times, after_s=120.0, margin_s=5.0) -> float:
                if a[0] >= after_s and not any(a[0] - margin_s <= t <= b[0] + margin_s for t in times))
 
 
+def test_window_writes_follow_the_period_in_force_at_each_on_phase():
+    """60-s windows, a period of 30 s until the on-phase at 160 s traced something, 120 s after
+    (control.py). The window ending at 60 s is written at 130 s (2 x 30 + 1 s after its end, a 30-s
+    on-phase); the one ending at 120 s at 400 s (241 s after, a 120-s on-phase), not at 280 s as one
+    30-s period for the run would say, nor the first at 400 s as one 120-s period would."""
+    fields = ["off_at", "duty", "f_on", "on_s", "cost_s", "cycle_s", "period_s", "records", "drain_wait_s", "zero_ts"]
+    ons = [(10, 30), (40, 30), (70, 30), (100, 30), (130, 30), (160, 30), (280, 120), (400, 120), (520, 120)]
+    rows = [[off, 0.01, 0.0, 0.3, 0.0, 0.02, period, 1000 if off >= 160 else 0, 0.01, 0] for off, period in ons]
+    assert _window_writes({"t0": 0.0}, {"fields": fields, "rows": rows}, 60) == [130, 400]
+
+
 def test_a_longer_period_keeps_less_gpu_memory_and_its_rss_steps_are_its_first_window_writes():
     samples = soak.read_gpumem(str(S23 / "sk" / "gpumem.csv"))
     runs = {30: ("sk/lm.json", "sk/duty_lm.json", 60), 60: ("pp/lm_p60.json", "pp/duty_p60.json", 60),
