@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 
 from analytics.context import THROTTLE_MASK, DeviceStats, KernelStats, MemcpyStats, RegressionContext, Window
@@ -97,6 +98,16 @@ def _sides(rows, n_key: int = 0) -> tuple[dict, dict]:
     for row in rows:
         key = row[1 : 1 + n_key] if n_key > 1 else (row[1] if n_key == 1 else None)
         out[1 if row[0] else 0][key] = row[1 + n_key :]
+    return out
+
+
+def _by_grouping_set(rows) -> collections.defaultdict:
+    """Rows ``(side, GROUPING(...), *columns)`` of a GROUPING SETS query by their GROUPING value (a bit
+    set per column, 1 where the set does not group by it, the first column the highest bit), each as
+    ``(0 before / 1 after, *columns)``."""
+    out: collections.defaultdict = collections.defaultdict(list)
+    for side, grouping, *cols in rows:
+        out[grouping].append((1 if side else 0, *cols))
     return out
 
 
@@ -194,51 +205,48 @@ def _job_totals(con, job: str, gpus: list[str], start, mid, end) -> tuple[dict, 
     params = [mid, job, start, end]
     where = "job = ? AND window_start >= ? AND window_start < ?"
     # Launches and kernel time: per side, per (side, GPU, kernel), per (side, hour).
-    gk: tuple[dict, dict] = ({}, {})
+    sums = _by_grouping_set(con.execute(
+        f"SELECT side, GROUPING(gpu_uuid, kernel_id, hour), gpu_uuid, kernel_id, hour, sum(n), sum(t) FROM "
+        f"(SELECT window_start >= ? AS side, gpu_uuid, kernel_id, date_trunc('hour', window_start) AS hour, "
+        f"launches / {_DUTY} AS n, total_ns / {_DUTY} AS t FROM kernels WHERE {where}) "
+        f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid, kernel_id), (side, hour))", params).fetchall())
     busy_s, hours = [0.0, 0.0], [0, 0]
+    for i, _, _, _, _, t in sums[0b111]:
+        busy_s[i] = float(t or 0) / 1e9
+    gk: tuple[dict, dict] = ({}, {})
+    for i, g, k, _, n, t in sums[0b001]:
+        if g is not None:
+            gk[i][(g, k)] = (float(n or 0), float(t or 0))
     hourly: tuple[dict, dict] = ({}, {})
-    for side, set_, g, k, hour, n, t in con.execute(
-            f"SELECT side, GROUPING(gpu_uuid, kernel_id, hour), gpu_uuid, kernel_id, hour, sum(n), sum(t) FROM "
-            f"(SELECT window_start >= ? AS side, gpu_uuid, kernel_id, date_trunc('hour', window_start) AS hour, "
-            f"launches / {_DUTY} AS n, total_ns / {_DUTY} AS t FROM kernels WHERE {where}) "
-            f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid, kernel_id), (side, hour))", params).fetchall():
-        i = 1 if side else 0
-        if set_ == 0b111:
-            busy_s[i] = float(t or 0) / 1e9
-        elif set_ == 0b001:
-            if g is not None:
-                gk[i][(g, k)] = (float(n or 0), float(t or 0))
-        else:
-            hours[i] += 1
-            hourly[i][_utc(hour)] = [float(t or 0) / 1e9, 0.0, float(n or 0)]
+    for i, _, _, hour, n, t in sums[0b110]:
+        hours[i] += 1
+        hourly[i][_utc(hour)] = [float(t or 0) / 1e9, 0.0, float(n or 0)]
     # Observed wall seconds (each window once): per side, per (side, GPU), per (side, hour).
+    walls = _by_grouping_set(con.execute(
+        f"SELECT side, GROUPING(gpu_uuid, hour), gpu_uuid, hour, sum(window_s) FROM "
+        f"(SELECT DISTINCT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, run_id, pid, gpu_uuid, "
+        f"window_start, window_s FROM kernels WHERE {where}) "
+        f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid), (side, hour))", params).fetchall())
     wall_s = [0.0, 0.0]
+    for i, _, _, w in walls[0b11]:
+        wall_s[i] = float(w or 0)
     gpu_wall: tuple[dict, dict] = ({}, {})
-    for side, set_, g, hour, w in con.execute(
-            f"SELECT side, GROUPING(gpu_uuid, hour), gpu_uuid, hour, sum(window_s) FROM "
-            f"(SELECT DISTINCT window_start >= ? AS side, date_trunc('hour', window_start) AS hour, run_id, pid, gpu_uuid, "
-            f"window_start, window_s FROM kernels WHERE {where}) "
-            f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid), (side, hour))", params).fetchall():
-        i = 1 if side else 0
-        if set_ == 0b11:
-            wall_s[i] = float(w or 0)
-        elif set_ == 0b01:
-            if g is not None:
-                gpu_wall[i][g] = float(w or 0)
-        else:
-            hourly[i].setdefault(_utc(hour), [0.0, 0.0, 0.0])[1] = float(w or 0)
+    for i, g, _, w in walls[0b01]:
+        if g is not None:
+            gpu_wall[i][g] = float(w or 0)
+    for i, _, hour, w in walls[0b10]:
+        hourly[i].setdefault(_utc(hour), [0.0, 0.0, 0.0])[1] = float(w or 0)
     # Other jobs' kernel time on the job's GPUs: per side (and how many jobs), per (side, GPU).
+    others = _by_grouping_set(con.execute(
+        f"SELECT window_start >= ? AS side, GROUPING(gpu_uuid), gpu_uuid, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) "
+        f"FROM kernels WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? "
+        f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid))", [mid, gpus, job, start, end]).fetchall())
     other = [(0.0, 0), (0.0, 0)]
+    for i, _, b, jobs in others[1]:
+        other[i] = (float(b or 0), int(jobs))
     gpu_other: tuple[dict, dict] = ({}, {})
-    for side, all_gpus, g, b, jobs in con.execute(
-            f"SELECT window_start >= ? AS side, GROUPING(gpu_uuid), gpu_uuid, sum(total_ns / {_DUTY}) / 1e9, count(DISTINCT job) "
-            f"FROM kernels WHERE gpu_uuid IN (SELECT unnest(?::VARCHAR[])) AND job <> ? AND window_start >= ? AND window_start < ? "
-            f"GROUP BY GROUPING SETS ((side), (side, gpu_uuid))", [mid, gpus, job, start, end]).fetchall():
-        i = 1 if side else 0
-        if all_gpus:
-            other[i] = (float(b or 0), int(jobs))
-        else:
-            gpu_other[i][g] = float(b or 0)
+    for i, g, b, _ in others[0]:
+        gpu_other[i][g] = float(b or 0)
     health = _sides(con.execute(f"SELECT window_start >= ?, sum(records), sum(dropped_records) FROM health WHERE {where} GROUP BY ALL",
                                 params).fetchall())
     out = []
