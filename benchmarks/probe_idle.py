@@ -35,25 +35,16 @@ import os
 import subprocess
 import time
 
+import gpu_workloads  # benchmarks/, the script's folder: the launch-bound loop and RSS
+import soak
+
 
 def gpu_mib(pid: int) -> int | None:
-    """This process's GPU memory in MiB as nvidia-smi reports it (None when it is not listed or not a number)."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+    """This process's GPU memory in MiB as nvidia-smi reports it (None when it is not listed)."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
                          capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        fields = [x.strip() for x in line.split(",")]
-        if len(fields) == 2 and fields[0] == str(pid):
-            return int(fields[1]) if fields[1].isdigit() else None
-    return None
-
-
-def rss_mib() -> float:
-    """This process's resident set (VmRSS) in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    series = soak.parse_gpumem(out).get(pid)
+    return series[-1] if series else None
 
 
 def main() -> None:
@@ -70,7 +61,8 @@ def main() -> None:
     from collector.aggregate import Aggregator
     from collector.tracer import CuptiTracer
 
-    x = torch.zeros(256, device="cuda")
+    one_launch = gpu_workloads.launch_step(1)  # one add, then a synchronize
+    loop = gpu_workloads.launch_step()  # the launch-bound loop of the overhead benchmarks
     torch.cuda.synchronize()
     pid = os.getpid()
     tracer = CuptiTracer(Aggregator(window_s=60))
@@ -91,8 +83,7 @@ def main() -> None:
     req["after_calls_without_launch"] = tracer.buffers_requested
     tracer.flush(force=False)
     req["after_unforced_flush"] = tracer.buffers_requested
-    x.add_(1.0)
-    torch.cuda.synchronize()
+    one_launch()
     req["after_one_launch"] = tracer.buffers_requested
     time.sleep(args.idle_s)
     req["after_one_launch_and_idle"] = tracer.buffers_requested
@@ -108,24 +99,24 @@ def main() -> None:
     # 2. GPU memory and RSS: idle rounds that keep CUPTI attached (disable/enable) against rounds that finalize.
     mem: dict = {"cycles": args.cycles}
     tracer.attach()
-    mem["keep_attached_mib"], mem["keep_attached_rss_mib"] = [gpu_mib(pid)], [rss_mib()]
+    mem["keep_attached_mib"], mem["keep_attached_rss_mib"] = [gpu_mib(pid)], [gpu_workloads.rss_mib()]
     for _ in range(args.cycles):
         tracer.disable()
         time.sleep(0.02)
         tracer.enable()
         time.sleep(0.02)
     mem["keep_attached_mib"].append(gpu_mib(pid))
-    mem["keep_attached_rss_mib"].append(rss_mib())
+    mem["keep_attached_rss_mib"].append(gpu_workloads.rss_mib())
     mem["keep_attached_requested"] = tracer.buffers_requested
     tracer.detach()
     finalizes0 = tracer.finalizes
-    mem["finalize_mib"], mem["finalize_rss_mib"] = [gpu_mib(pid)], [rss_mib()]
+    mem["finalize_mib"], mem["finalize_rss_mib"] = [gpu_mib(pid)], [gpu_workloads.rss_mib()]
     for _ in range(args.cycles):
         tracer.attach()
         time.sleep(0.02)
         tracer.detach()
     mem["finalize_mib"].append(gpu_mib(pid))
-    mem["finalize_rss_mib"].append(rss_mib())
+    mem["finalize_rss_mib"].append(gpu_workloads.rss_mib())
     mem["finalizes_in_finalize_rounds"] = tracer.finalizes - finalizes0
     for k in ("keep_attached_mib", "finalize_mib"):
         a, b = mem[k]
@@ -134,13 +125,7 @@ def main() -> None:
 
     # 3. Launch rate attached with the kinds disabled, each sample between two detached ones.
     def rate() -> float:
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < args.launch_s:
-            for _ in range(100):
-                x.add_(1.0)
-            n += 100
-        torch.cuda.synchronize()
-        return n / (time.perf_counter() - t0)
+        return gpu_workloads.launch_rate(loop, args.launch_s)
 
     rate()  # warm-up
     detached, attached = [rate()], []

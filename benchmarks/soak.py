@@ -279,8 +279,14 @@ def phases(train_json: str, duty_log: str, kps_json: str, skip_s: float = 120.0)
 def read_gpumem(gpumem_csv: str) -> dict[int, list[int]]:
     """``gpu_soak.sh``'s nvidia-smi samples (``nvidia-smi --query-compute-apps=pid,used_memory -l 15``: one
     ``pid, N MiB`` line per process per sample, no timestamps): each pid's MiB values in order."""
+    return parse_gpumem(Path(gpumem_csv).read_text())
+
+
+def parse_gpumem(text: str) -> dict[int, list[int]]:
+    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader`` output (one sample or
+    many): each pid's MiB values in order; lines that are not ``pid, N MiB`` (``[N/A]``) are skipped."""
     series: dict[int, list[int]] = {}
-    for line in Path(gpumem_csv).read_text().splitlines():
+    for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) == 2 and fields[0].isdigit() and fields[1].endswith("MiB"):
             series.setdefault(int(fields[0]), []).append(int(fields[1].split()[0]))
